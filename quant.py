@@ -1,0 +1,453 @@
+"""4-bit formats, training recipes and the quantized linear layer (the numerics of nanofp4).
+
+A 4-bit number is a sign and one of 8 non-negative *levels* (the grid). Real tensors are scaled
+into the grid's range block by block: every `block` consecutive elements along the dimension a
+GEMM reduces over share one scale s, chosen so that the block's largest magnitude lands on the
+grid's top level g_max. An element x becomes q·s with q the level nearest to x/s.
+
+Which grid? E2M1 (0, .5, 1, 1.5, 2, 3, 4, 6) is what FP4 hardware multiplies. Its steps double as
+the values grow, so the bin above a level is wider than the bin below it; for values spread evenly
+inside a bin, round-to-nearest then pulls them toward zero on average ("shrinkage bias"), and a
+network made of quantized GEMMs loses a little signal at every layer. A uniform grid (E1M2 = INT4/2:
+0, .5, ..., 3.5) has equal bins and no such bias. That is the UFP4 recipe's choice.
+
+Which scale? `fp32`: s = amax/g_max exactly (UFP4). `e4m3`: NVFP4's two levels, an fp32 tensor scale
+times an 8-bit float block scale. `e8m0`: MXFP4's power of two, which clips the block max when it
+rounds down.
+
+Rounding: round-to-nearest-even (`rtne`) is deterministic; stochastic rounding (`sr`) rounds up with
+probability equal to the distance to the lower level, so it is unbiased on average. Recipes use SR
+only on the output gradient dY, whose errors would otherwise accumulate in the weight update.
+
+RHT (rht.py) rotates every 16 elements before quantizing, spreading outliers across the block.
+
+A linear layer Y = X·Wᵀ runs three GEMMs in training, each with two quantized operands (six roles):
+  fprop  Y  = X·Wᵀ   reduces over K: X rows, W rows          (fprop_x, fprop_w)
+  dgrad  dX = dY·W   reduces over N: dY rows, W columns      (dgrad_dy, dgrad_w)
+  wgrad  dW = dYᵀ·X  reduces over M: dY columns, X columns   (wgrad_dy, wgrad_x)
+A Recipe gives each role a QuantSpec or None (= stays bf16). GPUs without FP4 GEMMs emulate them:
+quantize, dequantize to bf16, multiply with fp32 accumulation. The full contract is RECIPES.md.
+"""
+
+import dataclasses
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import rht as rht_lib
+
+log = logging.getLogger("nanofp4.quant")
+
+GRIDS = {
+    "e2m1": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0),
+    "e1m2": (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5),
+    "int4": (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
+}
+SCALES = ("fp32", "e4m3", "e8m0")
+ROUNDINGS = ("rtne", "sr")
+BLOCKS = (16, 32)
+E4M3_MAX, E4M3_MIN = 448.0, 2.0**-6
+ROLES = ("fprop_x", "fprop_w", "dgrad_dy", "dgrad_w", "wgrad_dy", "wgrad_x")
+GEMMS = {"fprop": ("fprop_x", "fprop_w"), "dgrad": ("dgrad_dy", "dgrad_w"), "wgrad": ("wgrad_dy", "wgrad_x")}
+
+
+def _choice(what, value, valid):
+    if value not in valid:
+        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(map(str, valid))}")
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """How one operand is quantized (RECIPES.md §1-5)."""
+    grid: str = "e2m1"
+    block: int = 16
+    scale: str = "fp32"
+    rounding: str = "rtne"
+    rht: bool = False
+    block_2d: bool = False
+    max_level: Optional[float] = None  # a smaller g_max, e.g. E2M1 limited to 2.0
+
+    def __post_init__(self):
+        _choice("grid", self.grid, list(GRIDS))
+        _choice("block", self.block, BLOCKS)
+        _choice("scale", self.scale, SCALES)
+        _choice("rounding", self.rounding, ROUNDINGS)
+        if self.max_level is not None:
+            _choice(f"max_level for grid {self.grid}", self.max_level, GRIDS[self.grid][1:])
+        if self.block_2d and (self.block != 16 or self.rht):
+            raise ValueError("block_2d (16x16 weight tiles) needs block=16 and rht=False")
+
+    @property
+    def levels(self) -> tuple:
+        return tuple(v for v in GRIDS[self.grid] if self.max_level is None or v <= self.max_level)
+
+    @property
+    def g_max(self) -> float:
+        return self.levels[-1]
+
+
+@dataclass
+class QTensor:
+    """A quantized tensor: packed 4-bit codes + block scales, laid out with the quantized dim last."""
+    codes: torch.Tensor         # uint8 [..., K/2]; element 2i in the low nibble; sign<<3 | level index
+    scales: torch.Tensor        # [..., K/block] fp32 | float8_e4m3fn | uint8 (e8m0 biased exponent);
+                                # block_2d: [N/16, K/16]
+    tensor_scale: torch.Tensor  # 0-d fp32 (1 unless scale='e4m3')
+    spec: QuantSpec
+    dim: int
+    dtype: torch.dtype
+    signs: Optional[torch.Tensor] = None  # the RHT signs used, if spec.rht
+
+    def block_scales(self) -> torch.Tensor:
+        """The fp32 dequantization scale of every block, shape [..., K/block]."""
+        if self.spec.scale == "fp32":
+            s = self.scales
+        elif self.spec.scale == "e4m3":
+            s = self.tensor_scale * self.scales.float()
+        else:
+            e = self.scales.to(torch.int32) - 127
+            s = torch.where(e == 128, math.nan, torch.ldexp(torch.ones_like(e, dtype=torch.float32), e))
+        return s.repeat_interleave(16, dim=0) if self.spec.block_2d else s
+
+    def dequantize(self, dtype=None, keep_rotated=False) -> torch.Tensor:
+        codes = torch.stack([self.codes & 15, self.codes >> 4], -1).flatten(-2).long()
+        levels = torch.tensor(self.spec.levels + (0.0,) * (8 - len(self.spec.levels)), device=codes.device)
+        q = torch.where(codes >= 8, -1.0, 1.0) * levels[codes & 7]
+        s = self.block_scales()
+        y = (q.unflatten(-1, (-1, self.spec.block)) * s.unsqueeze(-1)).flatten(-2)
+        if self.spec.rht and not keep_rotated:
+            y = rht_lib.rht_inverse(y, self.signs)
+        return y.movedim(-1, self.dim).to(dtype or self.dtype)
+
+
+def _round_to_grid(a: torch.Tensor, levels: tuple, sr: bool, seed: Optional[int]) -> torch.Tensor:
+    """Level index of every magnitude a (0 <= a <= g_max): RTNE (ties to even index) or SR."""
+    idx = torch.zeros(a.shape, dtype=torch.uint8, device=a.device)
+    if not sr:
+        for i in range(len(levels) - 1):
+            mid = (levels[i] + levels[i + 1]) / 2
+            idx += (a > mid) | ((a == mid) & ((i + 1) % 2 == 0))
+        return idx
+    for lv in levels[1:]:
+        idx += a >= lv
+    lv = torch.tensor(levels + (levels[-1],), device=a.device)
+    lo, hi = lv[idx.long()], lv[idx.long() + 1]
+    gen = None if seed is None else torch.Generator(device=a.device).manual_seed(seed)
+    u = torch.rand(a.shape, generator=gen, device=a.device)
+    return idx + ((hi > lo) & (u < (a - lo) / (hi - lo)))
+
+
+def _check_shape(x, spec, dim):
+    k = x.shape[dim]
+    if k % spec.block or (spec.block_2d and (x.dim() != 2 or x.shape[0] % 16 or x.shape[1] % 16)):
+        rule = "both dims of a 2-D tensor multiples of 16" if spec.block_2d else f"a multiple of {spec.block}"
+        raise ValueError(
+            f"cannot quantize a tensor of shape {tuple(x.shape)} along dim {dim} (size {k}) in blocks "
+            f"of {spec.block}: the size must be {rule}. Pad the layer width / token count or change the block.")
+    if not x.is_floating_point():
+        raise ValueError(f"quantize needs a floating-point tensor, got {x.dtype}")
+
+
+def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
+    """Quantize x along dim (RECIPES.md §2-5). All arithmetic in fp32."""
+    _check_shape(x, spec, dim)
+    dim = dim % x.dim()
+    xm = x.movedim(dim, -1).float()
+    if spec.rht:
+        signs = rht_lib.random_signs(0) if signs is None else signs
+        xm = rht_lib.rht(xm, signs)
+    xb = xm.unflatten(-1, (-1, spec.block))                         # [..., nblocks, block]
+    finite = torch.isfinite(xb).all(-1)                             # [..., nblocks]
+    absb = xb.abs()
+    if spec.block_2d:                                               # one amax per 16x16 tile
+        amax = absb.amax(-1).unflatten(0, (-1, 16)).amax(1)         # [N/16, K/16]
+        finite = finite.unflatten(0, (-1, 16)).all(1)
+        expand = lambda t: t.repeat_interleave(16, dim=0)
+    else:
+        amax, expand = absb.amax(-1), (lambda t: t)
+    amax = torch.where(finite, amax, 0.0)
+    g = spec.g_max
+    t = torch.ones((), device=x.device)
+    if spec.scale == "fp32":
+        s = amax / g
+        stored, s_div = torch.where(finite, s, math.nan), s
+        y = torch.where(expand(s_div > 0).unsqueeze(-1), xb / expand(s_div).unsqueeze(-1), 0.0)
+    elif spec.scale == "e4m3":
+        amax_t = torch.where(torch.isfinite(xm), xm.abs(), 0.0).amax()
+        t = torch.where(amax_t > 0, amax_t / (E4M3_MAX * g), 1.0)
+        sb = ((amax / g) / t).clamp(E4M3_MIN, E4M3_MAX).to(torch.float8_e4m3fn)
+        stored = torch.where(finite, sb.float(), math.nan).to(torch.float8_e4m3fn)
+        y = xb * expand((1 / t) / sb.float()).unsqueeze(-1)
+    else:
+        e = ((amax.view(torch.int32) >> 23) & 0xFF) - 127 - math.floor(math.log2(g))
+        e = e.clamp(-127, 127)
+        stored = torch.where(finite, e + 127, 255).to(torch.uint8)
+        s_div = torch.ldexp(torch.ones_like(amax), e.clamp(min=-126))
+        y = xb / expand(s_div).unsqueeze(-1)
+    a = y.abs().clamp(max=g)
+    idx = _round_to_grid(a, spec.levels, spec.rounding == "sr", seed)
+    idx = torch.where(expand(finite).unsqueeze(-1), idx, 0)
+    code = (torch.signbit(xb).to(torch.uint8) << 3) | idx
+    code = code.flatten(-2)
+    packed = code[..., 0::2] | (code[..., 1::2] << 4)
+    return QTensor(packed, stored, t.float(), spec, dim, x.dtype, signs if spec.rht else None)
+
+
+def fake_quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None, keep_rotated=False):
+    """Quantize and dequantize x along dim; same shape and dtype. With RHT the result is rotated
+    back (≈ x) unless keep_rotated (the GEMM path: both operands carry the same rotation)."""
+    if _use_kernels(x):
+        return _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated)
+    return quantize(x, spec, dim, seed=seed, signs=signs).dequantize(keep_rotated=keep_rotated)
+
+
+# ----------------------------------------------------------------------------- kernel dispatch
+BACKEND = {"name": "auto", "logged": set()}  # 'auto' (Triton on CUDA), 'torch' or 'triton'
+
+
+def set_backend(name: str):
+    """Choose the quantizer: 'torch' (reference), 'triton' (kernels.py; error where unavailable), 'auto'."""
+    _choice("quant backend", name, ("auto", "torch", "triton"))
+    BACKEND["name"] = name
+
+
+def _use_kernels(x) -> bool:
+    if BACKEND["name"] == "triton" and not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("quant backend 'triton' needs a CUDA tensor (or TRITON_INTERPRET=1 on CPU); "
+                           "use set_backend('torch') or 'auto' on this machine")
+    use = BACKEND["name"] == "triton" or (BACKEND["name"] == "auto" and x.is_cuda)
+    if not use and "torch" not in BACKEND["logged"]:
+        log.info("quantizing with the PyTorch reference (quant.py)")
+        BACKEND["logged"].add("torch")
+    return use
+
+
+def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
+    import kernels  # Triton; imported only when a CUDA tensor is quantized
+    if "triton" not in BACKEND["logged"]:
+        log.info("quantizing with the Triton kernels (kernels.py)")
+        BACKEND["logged"].add("triton")
+    raise NotImplementedError("kernel dispatch is wired in kernels.py integration")
+
+
+# ----------------------------------------------------------------------------- recipes
+@dataclass
+class Recipe:
+    """One QuantSpec (or None = bf16) per operand role, plus which blocks stay high precision."""
+    fprop_x: Optional[QuantSpec] = None
+    fprop_w: Optional[QuantSpec] = None
+    dgrad_dy: Optional[QuantSpec] = None
+    dgrad_w: Optional[QuantSpec] = None
+    wgrad_dy: Optional[QuantSpec] = None
+    wgrad_x: Optional[QuantSpec] = None
+    bf16_first: int = 0     # transformer blocks kept high precision at the start
+    bf16_last: float = 0    # ... at the end: a count (int) or a fraction of the blocks (< 1)
+    rht_seed: int = 0
+    rht_resample: bool = False  # a fresh sign vector every step (same on every rank)
+
+    def specs(self) -> dict:
+        return {r: getattr(self, r) for r in ROLES}
+
+    def quantized(self) -> bool:
+        return any(s is not None for s in self.specs().values())
+
+    def describe(self) -> str:
+        parts = [f"{r}={s.grid}/{s.block}{'x16' if s.block_2d else ''}/{s.scale}/{s.rounding}"
+                 f"{'/rht' if s.rht else ''}" for r, s in self.specs().items() if s is not None]
+        return (", ".join(parts) or "all bf16") + f"; bf16_first={self.bf16_first} bf16_last={self.bf16_last}"
+
+
+def _recipe(grid, block, scale, rht_gemms, block_2d=False, bf16_last=0):
+    def spec(role):
+        gemm = role.split("_")[0]
+        return QuantSpec(grid, block, scale, "sr" if role.endswith("_dy") else "rtne",
+                         rht=gemm in rht_gemms, block_2d=block_2d and role.endswith("_w"))
+    return Recipe(**{r: spec(r) for r in ROLES}, bf16_last=bf16_last)
+
+
+ALL_GEMMS = ("fprop", "dgrad", "wgrad")
+RECIPES = {  # RECIPES.md §7
+    "bf16": Recipe(),
+    "ufp4": _recipe("e1m2", 16, "fp32", ALL_GEMMS),
+    "e2m1": _recipe("e2m1", 16, "fp32", ("wgrad",)),
+    "nvfp4": _recipe("e2m1", 16, "e4m3", ("wgrad",), block_2d=True, bf16_last=0.15),
+    "mxfp4": _recipe("e2m1", 32, "e8m0", ("wgrad",)),
+    "ufp4-nv": _recipe("e1m2", 16, "e4m3", ALL_GEMMS),
+}
+_SPEC_KEYS = ("grid", "block", "scale", "max_level", "block_2d")
+_OVERRIDE_KEYS = _SPEC_KEYS + ("rht", "sr", "bf16_first", "bf16_last", "rht_seed", "rht_resample")
+
+
+def _parse(key, value, kind):
+    if not isinstance(value, str):
+        return value
+    if kind is bool:
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"quant override {key}={value!r}: expected true or false")
+        return value.lower() in ("true", "1")
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"quant override {key}={value!r}: expected a {kind.__name__}") from None
+
+
+def _role_set(key, value):
+    """'none' | 'all' | comma list of GEMM names (fprop, dgrad, wgrad) or role names."""
+    value = ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+    if value in ("none", ""):
+        return set()
+    roles = set()
+    for tok in value.split(","):
+        if tok == "all":
+            roles |= set(ROLES)
+        elif tok in GEMMS:  # for sr, a GEMM name means its dY operand
+            roles |= {r for r in GEMMS[tok] if key == "rht" or r.endswith("_dy")}
+        elif tok == "dy" and key == "sr":
+            roles |= {"dgrad_dy", "wgrad_dy"}
+        elif tok in ROLES:
+            roles.add(tok)
+        else:
+            raise ValueError(f"quant override {key}={value!r}: unknown {tok!r}; valid: none, all, "
+                             f"{', '.join(GEMMS)}, {'dy, ' if key == 'sr' else ''}{', '.join(ROLES)}")
+    return roles
+
+
+def recipe_from_overrides(name: str, **overrides) -> Recipe:
+    """A named recipe with command-line style overrides, e.g. rht='fprop,wgrad', sr='none',
+    grid='int4', scale='e4m3', block='32', max_level='2', bf16_first='1'."""
+    _choice("recipe", name, list(RECIPES))
+    recipe = dataclasses.replace(RECIPES[name])
+    for key in overrides:
+        _choice("quant override key", key, _OVERRIDE_KEYS)
+    types = {"grid": str, "block": int, "scale": str, "max_level": float, "block_2d": bool}
+    spec_kw = {k: _parse(k, v, types[k]) for k, v in overrides.items() if k in _SPEC_KEYS}
+    if (spec_kw or "rht" in overrides or "sr" in overrides) and not recipe.quantized():
+        raise ValueError(f"recipe {name!r} quantizes nothing, so {sorted(overrides)} cannot apply; "
+                         "start from a 4-bit recipe such as ufp4")
+    rht_roles = _role_set("rht", overrides["rht"]) if "rht" in overrides else None
+    sr_roles = _role_set("sr", overrides["sr"]) if "sr" in overrides else None
+    for role, spec in recipe.specs().items():
+        if spec is None:
+            continue
+        kw = dict(spec_kw)
+        if "block_2d" in kw:
+            kw["block_2d"] = kw["block_2d"] and role.endswith("_w")
+        if rht_roles is not None:
+            kw["rht"] = role in rht_roles
+        if sr_roles is not None:
+            kw["rounding"] = "sr" if role in sr_roles else "rtne"
+        if kw.get("rht") or kw.get("block", 16) != 16:
+            kw.setdefault("block_2d", False)
+        setattr(recipe, role, dataclasses.replace(spec, **kw))
+    for key, kind in (("bf16_first", int), ("rht_seed", int), ("rht_resample", bool)):
+        if key in overrides:
+            setattr(recipe, key, _parse(key, overrides[key], kind))
+    if "bf16_last" in overrides:
+        v = _parse("bf16_last", overrides["bf16_last"], float)
+        recipe.bf16_last = int(v) if v >= 1 else v
+    return recipe
+
+
+# ----------------------------------------------------------------------------- the quantized linear
+def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs):
+    """Fake-quantize the two operands of one GEMM. If both are rotated by the same RHT they stay in
+    the rotated basis (the product is unchanged); otherwise each is rotated back."""
+    both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
+    seeds = [int(torch.randint(2**31 - 1, ())) if s is not None and s.rounding == "sr" else None
+             for s in (spec_a, spec_b)]
+    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, seed=seeds[0], signs=signs, keep_rotated=both)
+    qb = b if spec_b is None else fake_quantize(b, spec_b, dim_b, seed=seeds[1], signs=signs, keep_rotated=both)
+    return qa, qb
+
+
+class _QLinearFn(torch.autograd.Function):
+    """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6)."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, recipe, signs):
+        x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
+        qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs)
+        y = qx @ qw.t()                                                 # [M, N]
+        if bias is not None:
+            y = y + bias
+        ctx.save_for_backward(x2, w)
+        ctx.recipe, ctx.signs, ctx.has_bias = recipe, signs, bias is not None
+        return y.reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w = ctx.saved_tensors
+        r, signs = ctx.recipe, ctx.signs
+        dy2 = dy.reshape(-1, dy.shape[-1]).to(x2.dtype)                 # [M, N]
+        qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs)
+        dx = qdy @ qw                                                   # [M, K]
+        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs)
+        dw = qdy.t() @ qx                                               # [N, K]
+        db = dy2.sum(0) if ctx.has_bias else None
+        return dx.reshape(*dy.shape[:-1], x2.shape[-1]), dw, db, None, None
+
+
+_SIGNS = {}
+
+
+def _signs(seed, device):
+    key = (seed, str(device))
+    if key not in _SIGNS:
+        _SIGNS[key] = rht_lib.random_signs(seed).to(device)
+    return _SIGNS[key]
+
+
+class QLinear(nn.Linear):
+    """nn.Linear whose three training GEMMs follow a Recipe. Bias stays high precision."""
+
+    def __init__(self, in_features, out_features, bias=True, recipe: Recipe = None, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.recipe = recipe or RECIPES["bf16"]
+        self.rht_seed = self.recipe.rht_seed
+
+    def forward(self, x):
+        if not self.recipe.quantized():
+            return F.linear(x, self.weight, self.bias)
+        dev = x.device.type
+        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+        with torch.autocast(dev, enabled=False):
+            b = None if self.bias is None else self.bias.to(dtype)
+            return _QLinearFn.apply(x.to(dtype), self.weight.to(dtype), b, self.recipe,
+                                    _signs(self.rht_seed, x.device))
+
+    def extra_repr(self):
+        return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"
+
+
+def convert(model: nn.Module, recipe) -> nn.Module:
+    """Swap the nn.Linear layers of model.layers[i] (the transformer blocks) for QLinear in place,
+    keeping bf16_first/bf16_last blocks unchanged. Embeddings, LM head, norms, attention BMMs and
+    MoE routers are never touched."""
+    recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
+    n = len(model.layers)
+    last = round(recipe.bf16_last * n) if isinstance(recipe.bf16_last, float) and recipe.bf16_last < 1 \
+        else int(recipe.bf16_last)
+    for i, block in enumerate(model.layers):
+        if i < recipe.bf16_first or i >= n - last:
+            continue
+        for name, mod in list(block.named_modules()):
+            if type(mod) is not nn.Linear or {"router", "gate"} & set(name.split(".")):
+                continue
+            q = QLinear(mod.in_features, mod.out_features, mod.bias is not None, recipe, device="meta")
+            q.weight, q.bias = mod.weight, mod.bias
+            parent = block.get_submodule(name.rpartition(".")[0]) if "." in name else block
+            setattr(parent, name.rpartition(".")[2], q)
+    return model
+
+
+def resample_rht(model: nn.Module, step: int):
+    """Give every QLinear a fresh RHT sign vector for this step (recipe.rht_resample)."""
+    for m in model.modules():
+        if isinstance(m, QLinear):
+            m.rht_seed = m.recipe.rht_seed + step
