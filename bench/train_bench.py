@@ -1,0 +1,124 @@
+"""Training-step benchmark: every recipe side by side with bf16, in one process on one GPU.
+
+    python bench/train_bench.py --preset dense-1.5b --batch 8 --seq 2048 \
+        --recipes bf16,ufp4,e2m1,nvfp4,mxfp4,ufp4-nv --baseline --out bench/results/train.json
+
+For each recipe a fresh model (fp32 master weights, bf16 autocast, fused AdamW, each transformer
+block compiled) runs `--warmup` steps, then `--steps` timed steps on random tokens. Printed per
+recipe: step time, ratio to the bf16 step measured in this run, tokens/s, MFU (model.flops_per_token
+over 989 TFLOP/s dense bf16) and peak memory. `--baseline` adds the NVFP4 recipe through the
+plain-PyTorch reference quantizer of quant.py (no Triton), eager and compiled: the fake-quant a
+user would write by hand, so the speed-up of the kernels is measured, not assumed.
+"""
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import model as model_lib  # noqa: E402
+import quant  # noqa: E402
+
+PEAK_FLOPS = 989e12
+
+
+def run_one(args, recipe, backend="auto", compile_blocks=True):
+    torch.manual_seed(0)
+    quant.set_backend(backend)
+    cfg = model_lib.get_config(args.preset, seq_len=args.seq)
+    with torch.device("meta"):
+        m = model_lib.Transformer(cfg)
+    m.to_empty(device="cuda")
+    m.init_weights()
+    quant.convert(m, quant.recipe_from_overrides(recipe))
+    if compile_blocks and args.compile == "block":
+        for block in m.layers:
+            block.compile()
+    elif compile_blocks and args.compile == "full":
+        m.compile()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
+    x = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
+    y = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", torch.bfloat16):
+            _, loss = m(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    t0 = time.time()
+    for _ in range(args.warmup):
+        loss = step()
+    torch.cuda.synchronize()
+    warm_s = time.time() - t0
+    torch.cuda.reset_peak_memory_stats()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(args.steps):
+        loss = step()
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end) / args.steps
+    tokens = args.batch * args.seq
+    res = dict(recipe=recipe, backend=backend, compiled=args.compile if compile_blocks else "none",
+               step_ms=ms, tok_s=tokens / ms * 1e3,
+               mfu=m.flops_per_token(args.seq) * tokens / (ms * 1e-3) / PEAK_FLOPS,
+               peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss),
+               warmup_s=warm_s)
+    del m, opt, x, y, loss
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch._dynamo.reset()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="dense-1.5b")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--recipes", default="bf16,ufp4,e2m1,nvfp4,mxfp4,ufp4-nv")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--compile", default="block", choices=["block", "full", "none"],
+                    help="compile each transformer block (default), the whole model, or nothing")
+    ap.add_argument("--baseline", action="store_true", help="also time nvfp4 through the PyTorch reference")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("train_bench.py needs a CUDA GPU")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    runs = [(r, "auto", True) for r in args.recipes.split(",")]
+    if args.baseline:
+        runs += [("nvfp4", "torch", False), ("nvfp4", "torch", True)]
+    results = []
+    for recipe, backend, comp in runs:
+        res = run_one(args, recipe, backend, comp)
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    base = next(r for r in results if r["recipe"] == "bf16")
+    hdr = f"{'recipe':<10} {'quantizer':<10} {'compiled':<8} {'step ms':>8} {'x bf16':>7} {'tok/s':>9} {'MFU':>6} {'peak GiB':>9}"
+    print(f"\n{args.preset}, batch {args.batch} x {args.seq}, {torch.cuda.get_device_name()}, "
+          f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}\n{hdr}")
+    for r in results:
+        r["ratio_vs_bf16"] = r["step_ms"] / base["step_ms"]
+        print(f"{r['recipe']:<10} {'triton' if r['backend'] == 'auto' and r['recipe'] != 'bf16' else r['backend'] if r['recipe'] != 'bf16' else '-':<10} "
+              f"{r['compiled']:<8} {r['step_ms']:>8.1f} {r['ratio_vs_bf16']:>7.3f} {r['tok_s']:>9.0f} "
+              f"{r['mfu'] * 100:>5.1f}% {r['peak_mem_gib']:>9.1f}")
+    if args.out:
+        meta = dict(preset=args.preset, batch=args.batch, seq=args.seq, gpu=torch.cuda.get_device_name(),
+                    torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
+                    mfu_formula="model.flops_per_token(seq) = 6*N + 6*n_layer*d_model*seq (N without input embedding), / 989e12")
+        with open(args.out, "w") as f:
+            json.dump(dict(meta=meta, results=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
