@@ -246,8 +246,8 @@ class Recipe:
     dgrad_w: Optional[QuantSpec] = None
     wgrad_dy: Optional[QuantSpec] = None
     wgrad_x: Optional[QuantSpec] = None
-    bf16_first: int = 0     # transformer blocks kept high precision at the start
-    bf16_last: float = 0    # ... at the end: a count (int) or a fraction of the blocks (< 1)
+    bf16_first: float = 0   # transformer blocks kept high precision at the start: a count (int)
+    bf16_last: float = 0    # or a fraction of the blocks (float < 1); the same at the end
     rht_seed: int = 0
     rht_resample: bool = False  # a fresh sign vector every step (same on every rank)
 
@@ -345,13 +345,19 @@ def recipe_from_overrides(name: str, **overrides) -> Recipe:
         if kw.get("rht") or kw.get("block", 16) != 16:
             kw.setdefault("block_2d", False)
         setattr(recipe, role, dataclasses.replace(spec, **kw))
-    for key, kind in (("bf16_first", int), ("rht_seed", int), ("rht_resample", bool)):
+    for key, kind in (("rht_seed", int), ("rht_resample", bool)):
         if key in overrides:
             setattr(recipe, key, _parse(key, overrides[key], kind))
-    if "bf16_last" in overrides:
-        v = _parse("bf16_last", overrides["bf16_last"], float)
-        recipe.bf16_last = int(v) if v >= 1 else v
+    for key in ("bf16_first", "bf16_last"):
+        if key in overrides:
+            v = _parse(key, overrides[key], float)
+            setattr(recipe, key, int(v) if v >= 1 or v == 0 else v)
     return recipe
+
+
+def _n_blocks(count_or_fraction, n: int) -> int:
+    v = count_or_fraction
+    return round(v * n) if isinstance(v, float) and v < 1 else int(v)
 
 
 # ----------------------------------------------------------------------------- the quantized linear
@@ -431,10 +437,9 @@ def convert(model: nn.Module, recipe) -> nn.Module:
     MoE routers are never touched."""
     recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
     n = len(model.layers)
-    last = round(recipe.bf16_last * n) if isinstance(recipe.bf16_last, float) and recipe.bf16_last < 1 \
-        else int(recipe.bf16_last)
+    first, last = _n_blocks(recipe.bf16_first, n), _n_blocks(recipe.bf16_last, n)
     for i, block in enumerate(model.layers):
-        if i < recipe.bf16_first or i >= n - last:
+        if i < first or i >= n - last:
             continue
         for name, mod in list(block.named_modules()):
             if type(mod) is not nn.Linear or {"router", "gate"} & set(name.split(".")):
