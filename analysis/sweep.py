@@ -1,0 +1,175 @@
+"""Scaling-law sweeps: a ladder of model sizes, each trained under several recipes at one budget.
+
+    python -m analysis.sweep --ladder gpu-ladder --recipes bf16,ufp4,e2m1 --out runs/sweep --dry-run
+    python -m analysis.sweep --ladder gpu-ladder --recipes bf16,ufp4,e2m1 --out runs/sweep --tokens-per-param 4
+    python -m analysis.sweep --ladder tiny-ladder --recipes bf16,ufp4 --out /tmp/sweep \\
+        --tokens-per-param 0.5 --set data.dir=/tmp/data --set model.vocab_size=128
+    python -m analysis.compare /tmp/sweep/*/ --baseline /tmp/sweep/*-bf16-*/ --last 20
+    python -m analysis.scaling_fit /tmp/sweep
+
+Budget. A rung of N parameters (model.num_params(): every matmul weight, LM head included, input
+embedding excluded) trains on D = tokens_per_param × N tokens (Chinchilla's compute-optimal ratio
+is ~20), rounded up to whole steps; every recipe at a rung gets the same D, so the same compute
+C = flops_per_token × D ≈ 6·N·D (model.flops_per_token adds the attention BMMs). With the GPT-2
+vocabulary the LM head is most of N for the smallest rungs (12.9M of gpu-ladder's 15.8M at d=256).
+
+Each run is `python train.py CONFIG --section.key=value ...` (or torchrun with --nproc) in its own
+directory OUT/<rung>-<recipe>-s<seed>, so analysis.compare and analysis.scaling_fit find its
+log.jsonl; OUT/sweep.json lists every run with N, D, C. A finished run (log at max_steps) is
+skipped, an interrupted one resumes from its checkpoint (train.resume=auto).
+The warmup is 5% of the steps and every run evaluates ~10 times (always at the last step).
+
+MoE: a rung may set `model.preset` to a preset with an MoE config; no preset in model.PRESETS has
+one yet and train.py cannot set ModelConfig.moe from the command line, so the ladders are dense.
+(For MoE, C should count active parameters; num_params counts all experts.)
+"""
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import quant
+import train
+from model import Transformer, get_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rung(n_layer, d_model, n_head, ffn_hidden, seq_len, lr=None) -> dict:
+    """train.py overrides for one model shape: head_dim = d_model / n_head, 2 query heads per KV head."""
+    out = {"model.n_layer": n_layer, "model.d_model": d_model, "model.n_head": n_head,
+           "model.n_kv_head": max(1, n_head // 2), "model.ffn_hidden": ffn_hidden, "model.seq_len": seq_len}
+    return out | ({"optim.lr": lr} if lr else {})
+
+
+LADDERS = {
+    # CPU: seconds per run with a small vocabulary (--set model.vocab_size=128)
+    "tiny-ladder": {"config": "configs/tiny.toml", "rungs": {
+        "t32": rung(1, 32, 2, 64, 32),
+        "t64": rung(2, 64, 4, 128, 32)}},
+    # one GPU, bf16 autocast; N = 15.8M, 29.0M, 49.3M, 86.7M, 142M; lr ~ 1e-3 · 512 / d_model
+    "gpu-ladder": {"config": "configs/small.toml", "rungs": {
+        "d256": rung(4, 256, 4, 704, 1024, 2e-3),
+        "d384": rung(6, 384, 6, 1024, 1024, 1.3e-3),
+        "d512": rung(8, 512, 8, 1408, 1024, 1e-3),
+        "d640": rung(12, 640, 10, 1728, 1024, 8e-4),
+        "d768": rung(16, 768, 12, 2048, 1024, 6.7e-4)}},
+}
+
+
+def as_args(overrides: dict) -> list:
+    return [f"--{k}={v}" for k, v in overrides.items()]
+
+
+def size_of(config: str, overrides: dict):
+    """(tokens per step, N, flops per token) of a run; train.py parses (and checks) its config."""
+    cfg = train.load_config(config, as_args(overrides))
+    with torch.device("meta"):  # shapes only: no memory, no initialization cost
+        model = Transformer(get_config(cfg.model.preset, **cfg.model.overrides))
+    tokens_per_step = cfg.data.batch_size * model.cfg.seq_len * cfg.data.grad_accum
+    return tokens_per_step, model.num_params(), model.flops_per_token()
+
+
+def plan(ladder: str, recipes, seeds, tokens_per_param: float, user: dict, nproc: int, out: Path) -> list:
+    """Every run of the sweep: its directory, train.py arguments, N, D and C."""
+    spec = LADDERS[ladder]
+    config = str(ROOT / spec["config"])
+    runs = []
+    for name, shape in spec["rungs"].items():
+        tokens_per_step, n_params, fpt = size_of(config, shape | user)
+        tokens_per_step *= nproc
+        steps = max(1, math.ceil(tokens_per_param * n_params / tokens_per_step))
+        budget = {"train.max_steps": steps, "optim.warmup_steps": max(1, round(0.05 * steps)),
+                  "train.eval_interval": max(1, steps // 10), "train.ckpt_interval": 0}
+        for recipe in recipes:
+            for seed in seeds:
+                run_dir = out / f"{name}-{recipe}-s{seed}"
+                overrides = shape | budget | {"quant.recipe": recipe, "train.seed": seed, "log.out_dir": run_dir} | user
+                cfg = train.load_config(config, as_args(overrides))
+                tokens = cfg.train.max_steps * tokens_per_step
+                runs.append({"name": run_dir.name, "rung": name, "recipe": recipe, "seed": seed, "dir": str(run_dir),
+                             "params": n_params, "flops_per_token": fpt, "steps": cfg.train.max_steps,
+                             "tokens": tokens, "compute": fpt * tokens, "config": config,
+                             "args": as_args(overrides)})
+    return runs
+
+
+def finished(run: dict) -> bool:
+    log = Path(run["dir"]) / "log.jsonl"
+    if not log.is_file() or not log.read_text().strip():
+        return False
+    return json.loads(log.read_text().splitlines()[-1])["step"] >= run["steps"]
+
+
+def launch(run: dict, nproc: int):
+    """Run train.py in a subprocess; its output goes to RUN_DIR/train.out (the tail is shown on failure)."""
+    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run",
+                                                    "--standalone", f"--nproc_per_node={nproc}"]
+    cmd = launcher + [str(ROOT / "train.py"), run["config"], *run["args"]]
+    Path(run["dir"]).mkdir(parents=True, exist_ok=True)
+    out_file = Path(run["dir"]) / "train.out"
+    with open(out_file, "w") as f:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = "\n".join(out_file.read_text().splitlines()[-15:])
+        raise SystemExit(f"run {run['name']} failed (exit {proc.returncode}); its output is in {out_file}:\n"
+                         f"{tail}\ncommand: {' '.join(cmd)}")
+
+
+def parse_set(items) -> dict:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or "." not in key:
+            raise SystemExit(f"--set {item!r}: expected section.key=value, e.g. --set data.dir=data/shakespeare")
+        out[key] = value
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m analysis.sweep", description=__doc__.split("\n")[0])
+    p.add_argument("--ladder", required=True, choices=list(LADDERS))
+    p.add_argument("--recipes", default="bf16,ufp4,e2m1", help="comma list of quant.RECIPES names")
+    p.add_argument("--seeds", default="1337", help="comma list of train.seed values")
+    p.add_argument("--tokens-per-param", type=float, default=20.0, help="D = this x N tokens per run")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="a train.py override for every run (repeatable), e.g. data.dir=data/registry-mix")
+    p.add_argument("--nproc", type=int, default=1, help="GPUs per run (torchrun when > 1)")
+    p.add_argument("--out", type=Path, required=True, help="sweep directory (one subdirectory per run)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, train nothing")
+    args = p.parse_args(argv)
+    if args.tokens_per_param <= 0:
+        raise SystemExit(f"--tokens-per-param must be positive, got {args.tokens_per_param}")
+    recipes, seeds = args.recipes.split(","), [int(s) for s in args.seeds.split(",")]
+    for r in recipes:
+        if r not in quant.RECIPES:
+            raise SystemExit(f"--recipes: unknown recipe {r!r}; valid: {', '.join(quant.RECIPES)}")
+    runs = plan(args.ladder, recipes, seeds, args.tokens_per_param, parse_set(args.set), args.nproc, args.out.resolve())
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifest = {"ladder": args.ladder, "recipes": recipes, "seeds": seeds,
+                "tokens_per_param": args.tokens_per_param, "nproc": args.nproc, "runs": runs}
+    (args.out / "sweep.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    for r in runs:
+        print(f"{r['name']:28s} N={r['params'] / 1e6:8.3f}M  D={r['tokens'] / 1e6:9.3f}M  steps={r['steps']:6d}  "
+              f"C={r['compute']:.3e}")
+    if args.dry_run:
+        return runs
+    for k, r in enumerate(runs, 1):
+        if finished(r):
+            print(f"[{k}/{len(runs)}] {r['name']}: already finished")
+            continue
+        t0 = time.time()
+        launch(r, args.nproc)
+        last = json.loads((Path(r["dir"]) / "log.jsonl").read_text().splitlines()[-1])
+        print(f"[{k}/{len(runs)}] {r['name']}: loss {last['loss']:.4f} val {last.get('val_loss', float('nan')):.4f} "
+              f"in {time.time() - t0:.0f}s")
+    return runs
+
+
+if __name__ == "__main__":
+    main()
