@@ -172,7 +172,9 @@ def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
     else:
         amax, expand = absb.amax(-1), (lambda t: t)
     amax = torch.where(finite, amax, 0.0)
-    g = spec.g_max
+    # divisors are tensors: CUDA divides by a Python scalar as a multiply by its reciprocal,
+    # which is not IEEE division and would make GPU and CPU results differ
+    g = torch.tensor(spec.g_max, device=x.device)
     t = torch.ones((), device=x.device)
     if spec.scale == "fp32":
         s = amax / g
@@ -185,12 +187,12 @@ def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
         stored = torch.where(finite, sb.float(), math.nan).to(torch.float8_e4m3fn)
         y = xb * expand((1 / t) / sb.float()).unsqueeze(-1)
     else:
-        e = ((amax.view(torch.int32) >> 23) & 0xFF) - 127 - math.floor(math.log2(g))
+        e = ((amax.view(torch.int32) >> 23) & 0xFF) - 127 - math.floor(math.log2(spec.g_max))
         e = e.clamp(-127, 127)
         stored = torch.where(finite, e + 127, 255).to(torch.uint8)
         s_div = torch.ldexp(torch.ones_like(amax), e.clamp(min=-126))
         y = xb / expand(s_div).unsqueeze(-1)
-    a = y.abs().clamp(max=g)
+    a = y.abs().clamp(max=spec.g_max)
     idx = _round_to_grid(a, spec.levels, spec.rounding == "sr", seed)
     idx = torch.where(expand(finite).unsqueeze(-1), idx, 0)
     code = (torch.signbit(xb).to(torch.uint8) << 3) | idx
