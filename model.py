@@ -22,6 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import moe
+
 
 @dataclass(kw_only=True)
 class ModelConfig:
@@ -78,6 +80,9 @@ PRESETS: dict[str, ModelConfig] = {
     'dense-1.5b': ModelConfig(n_layer=24, n_head=16, n_kv_head=16, d_model=2048, ffn_hidden=5632,
                               seq_len=2048),
 }
+
+# the MoE presets (moe-tiny, moe-small, moe-7.9b, moe-124b) live beside MoEConfig in moe.py
+PRESETS.update({name: ModelConfig(**kw) for name, kw in moe.MOE_PRESETS.items()})
 
 
 def get_config(name: str, **overrides) -> ModelConfig:
@@ -158,7 +163,6 @@ class MLP(nn.Module):
 def make_ffn(cfg: ModelConfig, layer_idx: int) -> nn.Module:
     """The FFN of block `layer_idx`: an MoE for layers >= n_dense_layers when cfg.moe is set."""
     if cfg.moe is not None and layer_idx >= cfg.n_dense_layers:
-        import moe  # imported here: dense models never need moe.py
         return moe.MoE(cfg)
     return MLP(cfg)
 
@@ -239,21 +243,26 @@ class Transformer(nn.Module):
             loss = loss + sum(aux)
         return logits_BTV, loss
 
-    def num_params(self, exclude_embedding: bool = True) -> int:
-        """Parameter count; the input embedding is left out by default (it does no matmul)."""
+    def num_params(self, exclude_embedding: bool = True, active: bool = False) -> int:
+        """Parameter count; the input embedding is left out by default (it does no matmul).
+        active: only those one token uses (an MoE's routed experts it is not sent to are left out)."""
         n = sum(p.numel() for p in self.parameters())
+        if active:
+            n -= sum(b.ffn.inactive_params() for b in self.layers if isinstance(b.ffn, moe.MoE))
         return n - self.tok_emb.weight.numel() if exclude_embedding else n
 
     def flops_per_token(self, seq_len: Optional[int] = None) -> int:
         """Training FLOPs per token (forward + backward), the convention used for MFU.
 
-        6N for the matmuls with the N weights (N excludes the input embedding, a lookup; it
-        includes the LM head), plus attention scores and values: 2 BMMs x 2 FLOPs x 3 (fwd+bwd)
+        6N for the matmuls with the N weights a token uses (N excludes the input embedding, a
+        lookup, and an MoE's unchosen routed experts; it includes the LM head), plus attention
+        scores and values: 2 BMMs x 2 FLOPs x 3 (fwd+bwd)
         x n_layer x d_model x seq_len, halved for the causal mask = 6 n_layer d_model seq_len.
         """
         cfg = self.cfg
         seq_len = cfg.seq_len if seq_len is None else seq_len
-        return 6 * self.num_params(exclude_embedding=True) + 6 * cfg.n_layer * cfg.d_model * seq_len
+        n = self.num_params(exclude_embedding=True, active=True)
+        return 6 * n + 6 * cfg.n_layer * cfg.d_model * seq_len
 
     @torch.no_grad()
     def generate(self, idx_BT, max_new_tokens: int, temperature: float = 1.0,
