@@ -194,8 +194,8 @@ def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
         y = xb / expand(s_div).unsqueeze(-1)
     a = y.abs().clamp(max=spec.g_max)
     idx = _round_to_grid(a, spec.levels, spec.rounding == "sr", seed)
-    idx = torch.where(expand(finite).unsqueeze(-1), idx, 0)
     code = (torch.signbit(xb).to(torch.uint8) << 3) | idx
+    code = torch.where(expand(finite).unsqueeze(-1), code, 0)  # non-finite block: code 0, scale NaN
     code = code.flatten(-2)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
     return QTensor(packed, stored, t.float(), spec, dim, x.dtype, signs if spec.rht else None)
@@ -231,11 +231,23 @@ def _use_kernels(x) -> bool:
 
 
 def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
-    import kernels  # Triton; imported only when a CUDA tensor is quantized
+    """fake_quantize through the fused Triton kernel (kernels.py), as the custom op
+    nanofp4::fake_quantize: rows of any tensor, or the columns of a 2-D one (no transpose)."""
+    import kernels  # imports Triton; only needed when the kernels run
     if "triton" not in BACKEND["logged"]:
         log.info("quantizing with the Triton kernels (kernels.py)")
         BACKEND["logged"].add("triton")
-    raise NotImplementedError("kernel dispatch is wired in kernels.py integration")
+    _check_shape(x, spec, dim)
+    dim = dim % x.dim()
+    moved = dim != x.dim() - 1 and not (x.dim() == 2 and dim == 0)
+    xk = (x.movedim(dim, -1) if moved else x).contiguous()
+    if spec.rht and signs is None:
+        signs = rht_lib.random_signs(0)
+    signs = signs.to(x.device, torch.float32) if spec.rht else None
+    y = torch.ops.nanofp4.fake_quantize(
+        xk, list(spec.levels), spec.block, spec.scale, spec.rounding == "sr", signs, spec.block_2d,
+        -1 if moved or dim == x.dim() - 1 else 0, -1 if seed is None else int(seed), keep_rotated)
+    return y.movedim(-1, dim) if moved else y
 
 
 # ----------------------------------------------------------------------------- recipes
@@ -367,10 +379,9 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs):
     """Fake-quantize the two operands of one GEMM. If both are rotated by the same RHT they stay in
     the rotated basis (the product is unchanged); otherwise each is rotated back."""
     both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
-    seeds = [int(torch.randint(2**31 - 1, ())) if s is not None and s.rounding == "sr" else None
-             for s in (spec_a, spec_b)]
-    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, seed=seeds[0], signs=signs, keep_rotated=both)
-    qb = b if spec_b is None else fake_quantize(b, spec_b, dim_b, seed=seeds[1], signs=signs, keep_rotated=both)
+    # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
+    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
+    qb = b if spec_b is None else fake_quantize(b, spec_b, dim_b, signs=signs, keep_rotated=both)
     return qa, qb
 
 

@@ -100,7 +100,14 @@ def main():
         runs += [("nvfp4", "torch", False), ("nvfp4", "torch", True)]
     results = []
     for recipe, backend, comp in runs:
-        res = run_one(args, recipe, backend, comp)
+        try:
+            res = run_one(args, recipe, backend, comp)
+        except Exception as e:  # report the failure, measure the other recipes
+            print(f"FAILED {recipe} ({backend}): {type(e).__name__}: {e}", flush=True)
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch._dynamo.reset()
+            continue
         results.append(res)
         print(json.dumps(res), flush=True)
     base = next(r for r in results if r["recipe"] == "bf16")

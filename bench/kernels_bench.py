@@ -1,0 +1,340 @@
+"""Check and benchmark the Triton quantize kernels (kernels.py) on one GPU, in one run.
+
+1. Bit identity with the PyTorch reference (quant.py) for every deterministic spec — grid x scale
+   mode x block (16, 32, 16x16 tiles) x RHT x orientation (rows, columns) — on a large random bf16
+   tensor against the reference run on the GPU, and on a smaller one against the reference run on
+   the CPU (the spec itself). The reference on the two devices is also compared with itself.
+2. The fast exact division (RN(x/s) from RN(1/s) and two FMAs) against IEEE division, directly.
+3. Bandwidth: each kernel's median time (triton.testing.do_bench), the bytes it must move (read the
+   input once, write its outputs once), GB/s and % of the device-to-device copy bandwidth measured in
+   the same run — for quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows
+   and columns, the emulated-GEMM output (bf16 dequant, rotated basis) and the codes+scales output.
+   A small sweep of tile shapes picks the tiles the table uses.
+
+Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 8192] [--workers 8]
+       python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
+BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
+ROW_TILES = [(1, 64, 1), (1, 128, 2), (1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 4), (1, 512, 8),
+             (1, 1024, 8)]
+COL_TILES = [(64, 4, 4), (128, 4, 8), (64, 8, 8), (32, 8, 4), (128, 2, 4), (256, 2, 8), (256, 4, 8),
+             (128, 8, 8)]
+
+
+def setup(cpu: bool):
+    """Import torch/kernels after choosing the interpreter (it must be set before triton loads)."""
+    if cpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+    sys.path.insert(0, str(ROOT))
+    global torch, triton, tl, kernels, quant, rht
+    import torch
+    import triton
+    import triton.language as tl
+    import kernels
+    import quant
+    import rht
+
+
+def make_x(rows, cols, seed, device):
+    """bf16 with rows and columns of very different magnitudes, zero blocks, negative zeros and
+    subnormal and huge values."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g, device=device)
+    x *= torch.exp(2 * torch.randn(rows, 1, generator=g, device=device))
+    x *= torch.exp(torch.randn(1, cols, generator=g, device=device))
+    x[:16, :16] = 0.0
+    x[0, 16:32] = -0.0
+    x[1] *= 3e-39
+    x[:, 1] *= 1e-36
+    x[2, :64] *= 1e20
+    return x.to(torch.bfloat16)
+
+
+def kernel_args(spec, dim, signs, **kw):
+    return dict(levels=spec.levels, block=spec.block, scale_mode=spec.scale, sr=spec.rounding == "sr",
+                rht_signs=signs if spec.rht else None, block_2d=spec.block_2d, dim=dim, **kw)
+
+
+def n_diff(got, want) -> int:
+    """How many elements differ in bits (NaN equals NaN)."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return -1
+    if got.dtype == torch.float8_e4m3fn:
+        got, want = got.view(torch.uint8), want.view(torch.uint8)
+    if got.is_floating_point():
+        ints = {torch.bfloat16: torch.int16, torch.float32: torch.int32}[got.dtype]
+        nan_g, nan_w = torch.isnan(got), torch.isnan(want)
+        diff = (nan_g != nan_w) | (~nan_w & (got.view(ints) != want.view(ints)))
+        return int(diff.sum())
+    return int((got != want).sum())
+
+
+def compare(x, spec, dim, signs, ref_device):
+    """Mismatch counts of the kernel (on x's device) against the reference run on ref_device."""
+    ref = quant.quantize(x.to(ref_device), spec, dim, signs=signs.to(ref_device))
+    codes, scales, t, dq = kernels.quantize(x, **kernel_args(spec, dim, signs, keep_rotated=True))
+    out = dict(codes=n_diff(codes.cpu(), ref.codes.cpu()), scales=n_diff(scales.cpu(), ref.scales.cpu()),
+               tensor_scale=n_diff(t.cpu(), ref.tensor_scale.cpu()),
+               dequant=n_diff(dq.cpu(), ref.dequantize(keep_rotated=True).cpu()))
+    if spec.rht:
+        dq = kernels.fake_quantize(x, **kernel_args(spec, dim, signs))
+        out["dequant_rotated_back"] = n_diff(dq.cpu(), ref.dequantize().cpu())
+    return out
+
+
+def check_case(case):
+    """One spec and orientation: kernel vs GPU reference (big tensor) and vs CPU reference (small)."""
+    (grid, max_level, block, block_2d, use_rht, dim), opts = case
+    kernels._TILES.update(opts.get("tiles", {}))
+    spec = quant.QuantSpec(grid, block, opts["scale"], "rtne", use_rht, block_2d, max_level)
+    dev = opts["device"]
+    signs = rht.random_signs(0).to(dev)
+    t0 = time.time()
+    big = compare(make_x(opts["size"], opts["size"], 1, dev), spec, dim, signs, dev)
+    x = make_x(opts["small"], opts["small"] // 2, 2, "cpu").to(dev)
+    small = compare(x, spec, dim, signs, "cpu")
+    return dict(spec=str(spec), dim=dim, vs_gpu_reference=big, vs_cpu_reference=small,
+                seconds=round(time.time() - t0, 2))
+
+
+def reference_self_check(opts):
+    """The reference on the GPU against the reference on the CPU (same input)."""
+    dev, rows = opts["device"], []
+    x = make_x(opts["small"], opts["small"] // 2, 2, "cpu")
+    for scale in ("fp32", "e4m3", "e8m0"):
+        spec = quant.QuantSpec("e2m1", 16, scale)
+        a, b = quant.quantize(x, spec), quant.quantize(x.to(dev), spec)
+        rows.append(dict(spec=str(spec), codes=n_diff(b.codes.cpu(), a.codes),
+                         scales=n_diff(b.scales.cpu(), a.scales),
+                         dequant=n_diff(b.dequantize().cpu(), a.dequantize())))
+    amax = torch.rand(1 << 22, generator=torch.Generator().manual_seed(0)) * 100
+    rows.append(dict(what="amax / 6.0 (CPU scalar) on GPU vs CPU",
+                     differ=n_diff((amax.to(dev) / 6.0).cpu(), amax / 6.0),
+                     differ_tensor_divisor=n_diff((amax.to(dev) / torch.full_like(amax, 6.0).to(dev)).cpu(),
+                                                  amax / 6.0)))
+    return rows
+
+
+def fast_div_check(dev, n=1 << 26, rounds=16):
+    """kernels._div_fast against IEEE division on random x, s (s in its range, |x/s| < 8); quotients
+    below 1/8 (where it may be off by ulps, which still round to level 0) are counted apart."""
+    if dev == "cpu":
+        return dict(skipped="needs CUDA (no fused multiply-add in the interpreter)")
+
+    @triton.jit
+    def _k(x_ptr, s_ptr, bad_ptr, N, BLOCK: tl.constexpr):
+        o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + o, mask=o < N, other=0.0)
+        s = tl.load(s_ptr + o, mask=o < N, other=1.0)
+        fast = kernels._div_fast(x, s, tl.math.div_rn(1.0, s))
+        exact = tl.math.div_rn(x, s)
+        diff = fast.to(tl.int32, bitcast=True) != exact.to(tl.int32, bitcast=True)
+        big = tl.abs(exact) >= 0.125
+        tl.atomic_add(bad_ptr, tl.sum((diff & big).to(tl.int32)))
+        tl.atomic_add(bad_ptr + 1, tl.sum((diff & ~big).to(tl.int32)))
+
+    g = torch.Generator(device=dev).manual_seed(0)
+    bad = torch.zeros(2, dtype=torch.int32, device=dev)
+    for i in range(rounds):
+        e = torch.randint(-100, 125, (n,), generator=g, device=dev).float()
+        s = torch.exp2(e) * (1 + torch.rand(n, generator=g, device=dev))
+        if i % 2:  # y = x / s uniform in [0, 8), or close to a level midpoint
+            y = torch.rand(n, generator=g, device=dev) * 8
+        else:
+            y = torch.randint(0, 16, (n,), generator=g, device=dev) / 2 + 0.25
+            y = y * (1 + (torch.rand(n, generator=g, device=dev) - 0.5) * 2**-20)
+        x = (y * s).float() * torch.where(torch.rand(n, generator=g, device=dev) < 0.5, -1.0, 1.0)
+        _k[(triton.cdiv(n, 1024),)](x, s.float(), bad, n, BLOCK=1024, enable_fp_fusion=False)
+    return dict(pairs=n * rounds, mismatches_quotient_ge_1_8=int(bad[0]), mismatches_below_1_8=int(bad[1]))
+
+
+def timed_specs():
+    Q = quant.QuantSpec
+    return {"e2m1 fp32 b16 (paper E2M1)": Q("e2m1", 16, "fp32"),
+            "e1m2 fp32 b16 (UFP4)": Q("e1m2", 16, "fp32"),
+            "e2m1 e4m3 b16 (NVFP4)": Q("e2m1", 16, "e4m3"),
+            "e2m1 e8m0 b32 (MXFP4)": Q("e2m1", 32, "e8m0"),
+            "e1m2 fp32 b16 SR (UFP4 dY)": Q("e1m2", 16, "fp32", "sr")}
+
+
+def timing_calls(x, spec, dim, output, variant, signs, tile=None, fast_div=True):
+    """The callable timed for one table row, and the bytes it must move."""
+    kw = kernel_args(spec, dim, signs, keep_rotated=True, tile=tile, seed=1, fast_div=fast_div,
+                     want_codes=output == "codes", want_dequant=output == "dequant")
+    if variant == "alone":
+        kw["rht_signs"] = None
+        fn = lambda: kernels.quantize(x, **kw)  # noqa: E731
+    elif variant == "fused_rht":
+        kw["rht_signs"] = signs
+        fn = lambda: kernels.quantize(x, **kw)  # noqa: E731
+    elif dim == -1:
+        kw["rht_signs"] = None
+        fn = lambda: kernels.quantize(rht.rht(x, signs), **kw)  # noqa: E731
+    else:  # torch rotates along dim 0 into a transposed layout: quantize that one along its rows
+        kw["rht_signs"], kw["dim"] = None, -1
+        fn = lambda: kernels.quantize(rht.rht(x, signs, dim=0).t(), **kw)  # noqa: E731
+    n = x.numel()
+    write = 2 * n if output == "dequant" else n // 2 + n // spec.block * (4 if spec.scale == "fp32" else 1)
+    return fn, 2 * n + write
+
+
+def warm_case(case):
+    """Compile one timed configuration on a small tensor (fills the on-disk Triton cache)."""
+    name, dim, output, variant, tile, dev = case[:6]
+    spec = timed_specs()[name]
+    x = make_x(256, 256, 3, dev)
+    fn, _ = timing_calls(x, spec, dim, output, variant, rht.random_signs(0).to(dev), tile, *case[6:])
+    fn()
+    return case
+
+
+def bench(fn, dev):
+    if dev == "cpu":
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def init_worker(cpu):
+    setup(cpu)
+    torch.set_num_threads(2)
+
+
+def save(res, path, t_start):
+    res["seconds"] = round(time.time() - t_start, 1)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(res, indent=1))
+
+
+def sweep_tiles(x, signs, cases, copy, dev):
+    """Time the tile candidates; the best tile per orientation is the one with the least total time."""
+    specs, sweep, best = timed_specs(), [], {}
+    for name, dim, out, var, tile, _ in cases:
+        fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile)
+        ms = bench(fn, dev)
+        sweep.append(dict(spec=name, dim=dim, output=out, variant=var, tile=tile, ms=ms,
+                          pct_copy=100 * nbytes / ms / 1e6 / copy))
+    for dim, tiles in ((-1, ROW_TILES), (0, COL_TILES)):
+        total = {t: sum(r["ms"] for r in sweep if r["dim"] == dim and r["tile"] == t) for t in tiles}
+        best[dim] = min(total, key=total.get)
+        print(f"tile sweep dim={dim}: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items())
+              + f" -> {best[dim]}", flush=True)
+    return sweep, best
+
+
+def report_identity(res):
+    bad = [r for r in res["identity"] if any(v for part in ("vs_gpu_reference", "vs_cpu_reference")
+                                             for v in r[part].values())]
+    cpu_bad = [r for r in res["identity"] if any(r["vs_cpu_reference"].values())]
+    print(f"bit identity: {len(res['identity'])} spec/orientation cases; {len(bad)} differ from the "
+          f"GPU or CPU reference, {len(cpu_bad)} from the CPU reference")
+    for r in bad:
+        print("  ", r["spec"], "dim", r["dim"], "gpu-ref", r["vs_gpu_reference"], "cpu-ref", r["vs_cpu_reference"])
+    for r in res["reference_gpu_vs_cpu"]:
+        print("  reference GPU vs CPU:", r)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--size", type=int, default=8192, help="the big square bf16 tensor's side")
+    p.add_argument("--small", type=int, default=1024, help="rows of the tensor checked on the CPU")
+    p.add_argument("--workers", type=int, default=8, help="processes for the checks and compiles")
+    p.add_argument("--cpu", action="store_true", help="dry run in Triton's CPU interpreter")
+    p.add_argument("--skip-check", action="store_true")
+    args = p.parse_args()
+    setup(args.cpu)
+    dev = "cpu" if args.cpu else "cuda"
+    t_start = time.time()
+    res = dict(device=torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)",
+               torch=torch.__version__, triton=triton.__version__, size=args.size)
+    pool = mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args.cpu,))
+    specs = timed_specs()
+    names = list(specs)
+    tile_cases = [(name, dim, out, var, tile, dev) for name in names[:2] for dim in (-1, 0)
+                  for out in ("dequant", "codes") for var in ("alone", "fused_rht")
+                  for tile in (ROW_TILES if dim == -1 else COL_TILES)]
+    if dev == "cuda":
+        pool.map(warm_case, tile_cases)  # compile in parallel; the sweep then finds them cached
+    print(f"sweep kernels compiled after {time.time() - t_start:.0f} s", flush=True)
+
+    signs = rht.random_signs(0).to(dev)
+    if dev == "cuda":
+        buf = torch.empty(1 << 29, dtype=torch.bfloat16, device=dev)  # 1 GiB
+        dst = torch.empty_like(buf)
+        res["copy_GBps"] = 2 * buf.numel() * 2 / bench(lambda: dst.copy_(buf), dev) / 1e6
+        del buf, dst
+    else:
+        res["copy_GBps"] = 1.0
+    copy = res["copy_GBps"]
+    print(f"device-to-device copy: {copy:.0f} GB/s", flush=True)
+    x = make_x(args.size, args.size, 4, dev)
+    res["tile_sweep"], best = sweep_tiles(x, signs, tile_cases, copy, dev)
+    res["best_tiles"] = {"row": best[-1], "col": best[0]}
+    save(res, args.out, t_start)
+
+    # the checks and the table's compiles run in the workers, with the chosen tiles
+    opts = dict(device=dev, size=args.size, small=args.small, tiles=res["best_tiles"])
+    main_cases = [(name, dim, out, var, best[dim], dev) for name in names for dim in (-1, 0)
+                  for out in ("dequant", "codes") for var in ("alone", "fused_rht")]
+    slow_div = [(names[0], dim, out, "alone", best[dim], dev, False) for dim in (-1, 0)
+                for out in ("dequant", "codes")]
+    warm = pool.map_async(warm_case, main_cases + slow_div) if dev == "cuda" else None
+    if not args.skip_check:
+        cases = [((g, ml, b, b2, r, dim), dict(opts, scale=scale)) for g, ml in GRIDS
+                 for scale in ("fp32", "e4m3", "e8m0") for b, b2, r in BLOCKS for dim in (-1, 0)]
+        checks = pool.map_async(check_case, cases)
+        res["fast_div"] = fast_div_check(dev)
+        print("fast division vs IEEE:", res["fast_div"], flush=True)
+        res["identity"] = checks.get()
+        res["reference_gpu_vs_cpu"] = reference_self_check(opts)
+        report_identity(res)
+    if warm is not None:
+        warm.get()
+    pool.close()
+    save(res, args.out, t_start)
+    print(f"checks and compiles done after {time.time() - t_start:.0f} s", flush=True)
+
+    table = res["table"] = []
+    print(f"\n{'spec':28s} {'dim':>3s} {'output':8s} {'variant':13s} {'ms':>8s} {'GB/s':>7s} {'%copy':>6s} "
+          f"{'x alone':>7s}")
+    for name in names:
+        for dim in (-1, 0):
+            for out in ("dequant", "codes"):
+                alone = None
+                for var in ("alone", "fused_rht", "separate_rht"):
+                    fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, best[dim])
+                    ms = bench(fn, dev)
+                    alone = alone or ms
+                    row = dict(spec=name, dim=dim, output=out, variant=var, ms=ms, bytes=nbytes,
+                               GBps=nbytes / ms / 1e6, pct_copy=100 * nbytes / ms / 1e6 / copy,
+                               ratio_to_alone=ms / alone)
+                    table.append(row)
+                    print(f"{name:28s} {dim:3d} {out:8s} {var:13s} {ms:8.4f} {row['GBps']:7.0f} "
+                          f"{row['pct_copy']:6.1f} {row['ratio_to_alone']:7.3f}", flush=True)
+    res["ieee_division"] = []
+    for name, dim, out, var, tile, _, _ in slow_div:  # the plain div.rn path, for comparison
+        fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile, fast_div=False)
+        ms = bench(fn, dev)
+        res["ieee_division"].append(dict(spec=name, dim=dim, output=out, ms=ms,
+                                         pct_copy=100 * nbytes / ms / 1e6 / copy))
+        print(f"{name:28s} {dim:3d} {out:8s} {'ieee div':13s} {ms:8.4f} {'':7s} "
+              f"{res['ieee_division'][-1]['pct_copy']:6.1f}", flush=True)
+    save(res, args.out, t_start)
+    print(f"total {res['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,529 @@
+"""Triton kernels for 4-bit quantization: one fused pass that rotates (RHT-16), scales, rounds, packs
+and dequantizes, bit for bit like the PyTorch reference in quant.py (RECIPES.md §1-5).
+
+What one call computes, for a 2-D view [M, K] of the input with K the quantized (reduction) dim:
+  1. optional RHT: every 16 consecutive elements x become (x*signs)·(4·H16)·0.25, with the butterfly
+     stages h = 1, 2, 4, 8 in that order (rht.py) — done in registers, the rotated tensor is never
+     written;
+  2. block amax (16 or 32 elements, or a 16x16 tile), the block scale (fp32 | e4m3 two-level | e8m0)
+     and y = x / scale clamped to ±g_max;
+  3. rounding of |y| to the grid's level index: RTNE, or SR with Philox random numbers seeded per call;
+  4. outputs: packed codes (uint8, element 2i in the low nibble, code = sign<<3 | level index) with the
+     stored scales, and/or the dequantized tensor q·scale (bf16 or fp32), rotated back by the inverse
+     butterfly or kept in the rotated basis (the emulated GEMM path: both operands carry the same H').
+
+Orientation. `dim=-1` quantizes along rows ("rowwise"). `dim=0` quantizes a 2-D [R, C] tensor along
+its columns (the wgrad operands) without writing a transpose: the kernel reads the [R, C] layout, its
+dequantized output keeps that layout, and its codes/scales are laid out as for the transposed tensor
+([C, R/2] and [C, R/block]), exactly as quant.quantize(x, spec, dim=0) stores them.
+
+Layout inside a program. A tile is [BM, NG, 8, 2]: BM rows of the [M, K] view, NG groups of 16
+quantized-dim elements, and element j + 8*h of a group at [.., j, h]. All 16 elements of a group sit in
+one thread, so the butterfly (tl.split/tl.join on 2-sized axes, tl.permute to bring the next bit last),
+the block amax and the packing are register-only. Rowwise, blocks never cross rows, so the tensor is
+viewed as one long row (M = 1) and a warp's lanes take consecutive groups, each loaded as two 16-byte
+halves; columnwise, a group is 16 row vectors, each contiguous along C, and only the codes are
+transposed (in registers) before they are stored.
+
+Exactness. Every step is the reference's fp32 operation in the same order: IEEE division
+(tl.math.div_rn; plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a
+multiplication by the exact power of two where the reference divides by one. For fp32 scales, x / s
+may instead be computed from RN(1/s) with two FMA corrections (_div_fast), which gives the same bits.
+Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
+0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
+and an RNE tie lands on the even multiple, which is the even level index. The bf16 -> fp32 input and
+fp32 -> bf16 output casts are exact/RNE; under Triton's CPU interpreter (whose bf16 casts are broken)
+both are done with integer ops. Stochastic rounding is checked statistically, not bit for bit (Philox
+here, a torch.Generator in the reference).
+
+Non-finite blocks (NaN/Inf inside the block, after RHT) get a NaN scale and level index 0, so they
+dequantize to NaN. The e4m3 tensor amax ignores non-finite elements, as in the reference.
+"""
+
+import math
+import os
+import struct
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+SCALE_MODES = {"fp32": 0, "e4m3": 1, "e8m0": 2}
+E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+# ----------------------------------------------------------------------------- jit helpers
+@triton.jit
+def _butterfly(v):
+    """Stages h = 1, 2, 4, 8 of (a, b) -> (a + b, a - b) on groups v [BM, NG, 8, 2] (element j + 8h)."""
+    BM: tl.constexpr = v.shape[0]
+    NG: tl.constexpr = v.shape[1]
+    v = tl.reshape(v, (BM, NG, 2, 2, 2, 2))  # bit axes of the element index: (b2, b1, b0, b3)
+    for _ in tl.static_range(4):
+        v = tl.permute(v, (0, 1, 5, 2, 3, 4))  # brings b0, then b1, b2, b3 to the last axis
+        a, b = tl.split(v)
+        v = tl.join(a + b, a - b)
+    return tl.reshape(v, (BM, NG, 8, 2))  # after four rotations the axes are (b2, b1, b0, b3) again
+
+
+@triton.jit
+def _signs(signs_ptr):
+    """The 16 RHT signs as [1, 1, 8, 2], matching the tile layout."""
+    j = tl.arange(0, 8)[:, None] + 8 * tl.arange(0, 2)[None, :]
+    return tl.load(signs_ptr + j)[None, None, :, :]
+
+
+@triton.jit
+def _join8(x0, x1, x2, x3, x4, x5, x6, x7):
+    """Eight [BM, NG] tensors -> [BM, NG, 8] (x_j at [.., j]), all in the same thread."""
+    v = tl.join(tl.join(tl.join(x0, x1), tl.join(x2, x3)), tl.join(tl.join(x4, x5), tl.join(x6, x7)))
+    return tl.reshape(tl.permute(v, (0, 1, 4, 3, 2)), (x0.shape[0], x0.shape[1], 8))
+
+
+@triton.jit
+def _split8(v):
+    """[BM, NG, 8] -> eight [BM, NG] tensors (the inverse of _join8)."""
+    e, o = tl.split(tl.reshape(v, (v.shape[0], v.shape[1], 2, 2, 2)))
+    e0, e1 = tl.split(e)
+    o0, o1 = tl.split(o)
+    x0, x4 = tl.split(e0)
+    x2, x6 = tl.split(e1)
+    x1, x5 = tl.split(o0)
+    x3, x7 = tl.split(o1)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
+                  I64: tl.constexpr):
+    """Rows m [BM], groups g [NG], the tile mask [BM, NG] and the element offset of (m, g, 0)."""
+    m = pid_m * BM + tl.arange(0, BM)
+    g = pid_g * NG + tl.arange(0, NG)
+    mask = (m < M)[:, None] & (g < K // 16)[None, :]
+    mm = m.to(tl.int64) if I64 else m
+    gg = g.to(tl.int64) if I64 else g
+    if COLWISE:  # element (m, k) of the [M, K] view is x[k, m] of the [K, M] input
+        base = mm[:, None] + (gg * 16 * M)[None, :]
+    else:
+        base = mm[:, None] * K + gg[None, :] * 16
+    return m, g, mask, base
+
+
+@triton.jit
+def _to_f32(v, X_BITS: tl.constexpr):
+    """Loaded values -> fp32; X_BITS: bf16 given as int16 bits (the interpreter's bf16 upcast
+    loses subnormals), widened by a shift."""
+    if X_BITS:
+        return _bits_to_f32(v.to(tl.int32) << 16)
+    return v.to(tl.float32)
+
+
+@triton.jit
+def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr):
+    """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0)."""
+    if COLWISE:
+        p = x_ptr + base
+        xs = ()
+        for k in tl.static_range(16):
+            xs = xs + (_to_f32(tl.load(p + k * M, mask=mask, other=0), X_BITS),)
+        lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
+        hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
+    else:
+        p = x_ptr + base[:, :, None] + tl.arange(0, 8)[None, None, :]
+        lo = _to_f32(tl.load(p, mask=mask[:, :, None], other=0), X_BITS)
+        hi = _to_f32(tl.load(p + 8, mask=mask[:, :, None], other=0), X_BITS)
+    return tl.join(lo, hi)
+
+
+@triton.jit
+def _store_tile(out_ptr, v, base, mask, M, COLWISE: tl.constexpr):
+    """Store the tile [BM, NG, 8, 2] (any dtype) into the input's layout."""
+    lo, hi = tl.split(v)
+    if COLWISE:
+        p = out_ptr + base
+        ls = _split8(lo)
+        hs = _split8(hi)
+        for k in tl.static_range(8):
+            tl.store(p + k * M, ls[k], mask=mask)
+            tl.store(p + (k + 8) * M, hs[k], mask=mask)
+    else:
+        p = out_ptr + base[:, :, None] + tl.arange(0, 8)[None, None, :]
+        tl.store(p, lo, mask=mask[:, :, None])
+        tl.store(p + 8, hi, mask=mask[:, :, None])
+
+
+@triton.jit
+def _bits_to_f32(b):
+    return b.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pow2(p):
+    """2**p as fp32 for integer p in [-127, 127] (2**-127 is subnormal)."""
+    return _bits_to_f32(tl.where(p >= -126, (p + 127) << 23, 0x00400000))
+
+
+@triton.jit
+def _block_amax(a, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr):
+    """Per-group max |x| bits [BM, NG] -> the max of the group's block (or 16x16 tile), per group."""
+    if BLOCK_2D:
+        t = tl.max(tl.reshape(a, (BM // 16, 16, NG)), axis=1)
+        a = tl.reshape(tl.broadcast_to(t[:, None, :], (BM // 16, 16, NG)), (BM, NG))
+    elif QB == 32:
+        t = tl.max(tl.reshape(a, (BM, NG // 2, 2)), axis=2)
+        a = tl.reshape(tl.broadcast_to(t[:, :, None], (BM, NG // 2, 2)), (BM, NG))
+    return a
+
+
+@triton.jit
+def _round_to_grid(ay, u, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
+    """0 <= ay <= g_max -> (level index int32, level value fp32), RTNE or SR (uniforms u in [0, 1)).
+
+    Near ay the levels are spaced sp apart: STEP on uniform grids; on E2M1 0.5 below 2, 1 up to 4,
+    then 2. With c = sp * 2**23, the fp32 sum ay + c is ay rounded to a multiple of sp (RNE: a tie goes
+    to the even multiple = the even level index), v - c is that level exactly, and bits(v) - bits(c)
+    counts its steps above the first level of the spacing's range."""
+    if UNIFORM:
+        cb = CB
+        c = STEP * 8388608.0
+        base = 0
+    else:
+        cb = tl.maximum(ay.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000) + 0x0B000000
+        c = _bits_to_f32(cb)
+        base = (cb >> 22) - 298                        # index of level 0, 2 or 4 at spacing .5, 1, 2
+    v = ay + c
+    q = v - c
+    idx = v.to(tl.int32, bitcast=True) - cb + base
+    if SR:  # lower neighbour lo <= ay; up with probability (ay - lo) / sp
+        sp = c * 1.1920928955078125e-07
+        d = ay - q                                     # exact, in [-sp/2, sp/2]
+        below = d < 0
+        lo = tl.where(below, q - sp, q)
+        up = u * sp < tl.where(below, d + sp, d)       # u < (ay - lo) / sp, exactly
+        q = tl.where(up, lo + sp, lo)
+        idx = idx - below.to(tl.int32) + up.to(tl.int32)
+    return idx, q
+
+
+@triton.jit
+def _div_fast(x, s, r):
+    """RN(x / s) from r = RN(1 / s) with two Newton corrections q += (x - s*q) * r by FMA: the first
+    makes q faithful, so by Markstein's theorem the second gives RN(x / s) exactly, provided the
+    remainders x - s*q do not underflow: s in [2**-100, 2**125] and |x / s| >= 2**-3. Smaller
+    quotients come out within a few ulps (and +0 for -0), which rounds to level 0 all the same."""
+    q = x * r
+    q = tl.fma(tl.fma(-s, q, x), r, q)
+    return tl.fma(tl.fma(-s, q, x), r, q)
+
+
+@triton.jit
+def _bf16_rne(f):
+    """fp32 -> bf16 bits (int16) with round-to-nearest-even, by integer ops; NaN -> 0x7FC0."""
+    b = f.to(tl.int32, bitcast=True)
+    r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    return tl.where(f != f, 0x7FC0, r).to(tl.int16)
+
+
+@triton.jit
+def _block_scale(a, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr):
+    """Block amax bits a [BM, NG] -> (f, deq, stored, t): y = x / f (fp32 scales) or y = x * f (e4m3,
+    e8m0); dequant = q * deq (NaN for non-finite blocks); the scale as stored; the tensor scale t."""
+    amax = _bits_to_f32(tl.where(finite, a, 0))
+    t = tl.full((), 1.0, tl.float32)
+    if SCALE == 0:    # fp32: s = amax / g; an all-zero block divides by 1 (y = 0)
+        s = tl.math.div_rn(amax, G)
+        f = tl.where(finite & (s > 0), s, 1.0)
+        deq = tl.where(finite, s, float("nan"))
+        stored = deq
+    elif SCALE == 1:  # e4m3: t = amax_T / (448 g); sb = e4m3(clamp((amax / g) / t)); f = (1 / t) / sb
+        amax_t = _bits_to_f32(tl.load(amax_ptr))
+        t = tl.where(amax_t > 0, tl.math.div_rn(amax_t, 448.0 * G), 1.0)
+        v = tl.math.div_rn(tl.math.div_rn(amax, G), t)
+        v = tl.where(v != v, v, tl.minimum(tl.maximum(v, 0.015625), 448.0))
+        vb = v.to(tl.int32, bitcast=True)
+        vb = (vb + 0x7FFFF + ((vb >> 20) & 1)) & -1048576           # RNE to 3 mantissa bits
+        sb = _bits_to_f32(vb)
+        f = tl.math.div_rn(tl.math.div_rn(1.0, t), sb)
+        deq = tl.where(finite, t * sb, float("nan"))
+        stored = tl.where(finite & (v == v), (((vb >> 23) - 120) << 3) | ((vb >> 20) & 7), 0x7F)
+    else:             # e8m0: s = 2**e, e = E(amax) - floor(log2 g); f = 2**-max(e, -126)
+        e = tl.minimum(tl.maximum(((a >> 23) & 0xFF) - 127 - E8_SHIFT, -127), 127)
+        f = _pow2(-tl.maximum(e, -126))
+        deq = tl.where(finite, _pow2(e), float("nan"))
+        stored = tl.where(finite, e + 127, 255)
+    return f, deq, stored, t
+
+
+@triton.jit
+def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr):
+    """[BM, NG, 8, 2] uniforms in [0, 1) (steps of 2**-24): 4 Philox calls per group, with offsets
+    unique per group of the [M, K] view."""
+    offs = ((m[:, None] * (K // 16) + g[None, :]) * 4)[:, :, None] + tl.arange(0, 4)[None, None, :]
+    r0, r1, r2, r3 = tl.randint4x(seed, offs)
+    r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8, 2))
+    return (r >> 8).to(tl.float32) * 5.9604644775390625e-08
+
+
+@triton.jit
+def _pack_codes(code, finite):
+    """4-bit codes [BM, NG, 8, 2] (element j + 8h) -> bytes [BM, NG, 8], element 2i in the low nibble
+    of byte i; non-finite groups get code 0 (their NaN sign bits would depend on the platform)."""
+    BM: tl.constexpr = code.shape[0]
+    NG: tl.constexpr = code.shape[1]
+    code = tl.permute(tl.reshape(code, (BM, NG, 4, 2, 2)), (0, 1, 2, 4, 3))  # (pair i, h, 2i | 2i+1)
+    ev, od = tl.split(code)
+    byte = ev | (od << 4)                                                  # [BM, NG, 4, h]
+    byte = tl.where(finite[:, :, None, None], byte, 0)
+    return tl.reshape(tl.permute(byte, (0, 1, 3, 2)), (BM, NG, 8)).to(tl.uint8)
+
+
+# ----------------------------------------------------------------------------- kernels
+@triton.jit
+def _amax_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
+                 BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, RHT: tl.constexpr,
+                 I64: tl.constexpr, X_BITS: tl.constexpr):
+    """amax_ptr[0] = max over finite elements of |x| (after RHT), as fp32 bits; starts at 0."""
+    m, g, mask, base = _tile_offsets(tl.program_id(1), tl.program_id(0), M, K, BM, NG, COLWISE, I64)
+    x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)
+    if RHT:
+        x = _butterfly(x * _signs(signs_ptr)) * 0.25
+    a = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    tl.atomic_max(amax_ptr, tl.max(tl.where(a < 0x7F800000, a, 0)))
+
+
+@triton.jit
+def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr,
+                     M, K, seed,
+                     BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr,
+                     COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
+                     KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
+                     UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
+                     E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
+                     WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
+                     X_BITS: tl.constexpr):
+    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits."""
+    pid_g = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
+    x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
+    if RHT:
+        x = _butterfly(x * _signs(signs_ptr)) * 0.25
+    xbits = x.to(tl.int32, bitcast=True)
+    a = tl.max(tl.max(x.to(tl.uint32, bitcast=True) << 1, axis=3), axis=2)  # bits of |x| << 1
+    a = _block_amax((a >> 1).to(tl.int32, bitcast=True), BM, NG, QB, BLOCK_2D)  # [BM, NG]
+    finite = a < 0x7F800000
+    f, deq, stored, t = _block_scale(a, finite, amax_ptr, SCALE, G, E8_SHIFT)  # per group
+    fe = f[:, :, None, None]
+    if SCALE != 0:
+        y = x * fe
+    elif FAST_DIV:  # s outside [2**-100, 2**125] (rare: then the whole tile) takes IEEE division
+        y = _div_fast(x, fe, tl.math.div_rn(1.0, f)[:, :, None, None])
+        if tl.max(((f < 7.888609052210118e-31) | (f > 4.253529586511731e37)).to(tl.int32)) > 0:
+            y = tl.math.div_rn(x, fe)
+    else:
+        y = tl.math.div_rn(x, fe)
+    ay = tl.minimum(tl.abs(y), G)  # non-finite blocks: anything; their codes are masked below
+    if SCALE == 1:  # 1/t overflows when amax_T < ~1e-35: then a NaN y (0 * inf) is level 0
+        if tl.max(((f != f) | (f > 3.4028234663852886e38)).to(tl.int32)) > 0:
+            ay = tl.where(y == y, ay, 0.0)
+    u = ay
+    if SR:
+        u = _uniforms(seed, m, g, K, BM, NG)
+    idx, q = _round_to_grid(ay, u, UNIFORM, STEP, CB, SR)
+    sign = xbits & -2147483648                                        # the fp32 sign bit of x
+
+    if WANT_CODES:
+        byte = _pack_codes(((sign >> 28) & 8) | idx, finite)          # [BM, NG, 8] uint8
+        cp = codes_ptr + (m[:, None] * (K // 2) + g[None, :] * 8)[:, :, None] + tl.arange(0, 8)[None, None, :]
+        tl.store(cp, byte, mask=mask[:, :, None])
+        if BLOCK_2D:
+            sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
+            smask = mask & (m % 16 == 0)[:, None]
+        else:
+            sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
+            smask = mask & (g % (QB // 16) == 0)[None, :]
+        tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
+    if pid_m == 0 and pid_g == 0:
+        tl.store(tscale_ptr, t)
+    if WANT_DEQUANT:
+        qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | sign)       # ±level (-0.0 kept)
+        dq = qs * deq[:, :, None, None]
+        if RHT and not KEEP_ROTATED:
+            dq = _butterfly(dq) * 0.25 * _signs(signs_ptr)
+        if OUT_MODE == 1:
+            dq = dq.to(tl.bfloat16)
+        elif OUT_MODE == 2:
+            dq = _bf16_rne(dq)
+        _store_tile(out_ptr, dq, base, mask, M, COLWISE)
+
+
+# ----------------------------------------------------------------------------- launchers
+_FLOATS = (torch.bfloat16, torch.float32)
+_TILES = {"row": (1, 128, 4), "2d": (16, 16, 4), "col": (64, 4, 4)}  # (BM, NG, num_warps), H200 sweep
+_TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1)}
+
+
+def _grid_params(levels) -> tuple:
+    """(uniform, step) for the kernel's rounding; the grid must be one the bit tricks cover."""
+    lv = tuple(float(v) for v in levels)
+    if not 2 <= len(lv) <= 8 or lv[0] != 0.0 or any(b <= a for a, b in zip(lv, lv[1:])):
+        raise ValueError(f"levels must be 2 to 8 increasing values starting at 0 (a 3-bit level index), "
+                         f"got {lv}")
+    step = lv[1]
+    if all(v == i * step for i, v in enumerate(lv)) and math.frexp(step)[0] == 0.5:
+        return True, step
+    if lv == E2M1_LEVELS[:len(lv)]:
+        return False, 0.5
+    raise ValueError(f"the kernels round to uniform grids with a power-of-two step (e1m2, int4) or to a "
+                     f"prefix of E2M1 {E2M1_LEVELS}; got levels {lv}. Use the PyTorch reference (quant.py).")
+
+
+def _f32_bits(v: float) -> int:
+    return struct.unpack("<i", struct.pack("<f", v))[0]
+
+
+def _check_device(x: torch.Tensor) -> bool:
+    """True when the Triton CPU interpreter runs the kernels (CPU tensors), False on CUDA."""
+    if x.is_cuda:
+        return False
+    if os.environ.get("TRITON_INTERPRET") == "1" and x.device.type == "cpu":
+        return True
+    raise RuntimeError(f"the quantize kernels need a CUDA tensor, got one on {x.device}; on a CPU set "
+                       "TRITON_INTERPRET=1 before importing triton/kernels, or use quant.py's reference")
+
+
+def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile) -> tuple:
+    """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps) for one program. Rowwise
+    (not 2D) the view is one row of all groups (M = 1), so the warps' lanes run along memory."""
+    if tile is None:
+        kind = "col" if colwise else ("2d" if block_2d else "row")
+        tile = (_TILES_INTERPRET if interpret else _TILES)[kind]
+    bm, ng, nw = tile
+    bm = bm if colwise or block_2d else 1
+    if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16):
+        raise ValueError(f"tile {tile}: BM and NG must be powers of two, NG >= 2 for 32-blocks, BM >= 16 "
+                         "for 16x16 tiles")
+    return bm, ng, nw
+
+
+def _check(x, levels, block, scale_mode, rht_signs, block_2d, dim, out_dtype, want_codes, want_dequant):
+    """Validate quantize()'s arguments; returns (colwise, K = size of the quantized dim)."""
+    if x.dtype not in _FLOATS:
+        raise ValueError(f"quantize needs a bf16 or fp32 tensor, got {x.dtype}")
+    if not x.is_contiguous():
+        raise ValueError(f"quantize reads a contiguous row-major tensor; got shape {tuple(x.shape)} with "
+                         f"strides {x.stride()}: call .contiguous() first")
+    if scale_mode not in SCALE_MODES:
+        raise ValueError(f"unknown scale_mode {scale_mode!r}; valid: {', '.join(SCALE_MODES)}")
+    if block not in (16, 32):
+        raise ValueError(f"block must be 16 or 32, got {block}")
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype}")
+    if not (want_codes or want_dequant):
+        raise ValueError("nothing to compute: set want_codes and/or want_dequant")
+    d = dim % x.dim() if x.dim() else 0
+    if x.dim() == 0 or not (d == x.dim() - 1 or (d == 0 and x.dim() == 2)):
+        raise ValueError(f"quantize runs along the last dim (any shape) or dim 0 of a 2-D tensor; got "
+                         f"dim={dim} for shape {tuple(x.shape)}: reshape or transpose first")
+    K = x.shape[d]
+    if K % block or (block_2d and (x.dim() != 2 or x.shape[0] % 16 or x.shape[1] % 16)):
+        rule = "both dims of a 2-D tensor multiples of 16" if block_2d else f"a multiple of {block}"
+        raise ValueError(f"cannot quantize a tensor of shape {tuple(x.shape)} along dim {dim} (size {K}) in "
+                         f"blocks of {block}: the size must be {rule}. Pad it or change the block.")
+    if block_2d and (block != 16 or rht_signs is not None):
+        raise ValueError("block_2d (16x16 weight tiles) needs block=16 and no RHT")
+    if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != x.device):
+        raise ValueError(f"rht_signs must hold 16 values on {x.device}; got shape {tuple(rht_signs.shape)} "
+                         f"on {rht_signs.device}")
+    return d != x.dim() - 1, K
+
+
+def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str = "fp32",
+             sr: bool = False, rht_signs: Optional[torch.Tensor] = None, block_2d: bool = False,
+             dim: int = -1, seed: int = 0, out_dtype: Optional[torch.dtype] = None,
+             keep_rotated: bool = False, want_codes: bool = True, want_dequant: bool = True,
+             tile: Optional[tuple] = None, fast_div: bool = True):
+    """Quantize x along dim with one fused kernel (plus a tensor-amax pass for e4m3 scales).
+
+    levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
+    block: 16 | 32; scale_mode: 'fp32' | 'e4m3' | 'e8m0'; sr: stochastic rounding seeded by `seed`;
+    rht_signs: the 16 RHT signs (fp32 ±1 on x's device) or None for no RHT; block_2d: 16x16 tiles;
+    dim: -1 (any shape, rows) or 0 (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype);
+    keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
+    num_warps) to override the launch shape; fast_div: fp32 scales divide by FMA-corrected
+    reciprocal multiplication (_div_fast, same bits) instead of IEEE division (GPUs).
+    Returns (codes, scales, tensor_scale, dequant): codes uint8 [..., K/2] and scales [..., K/block]
+    (block_2d: [M/16, K/16]) laid out with the quantized dim last, as quant.quantize stores them
+    (fp32 | float8_e4m3fn | uint8 e8m0 biased exponent), or None without want_codes; tensor_scale a
+    0-d fp32 tensor (1 unless e4m3); dequant x's shape and layout in out_dtype, or None.
+    """
+    interpret = _check_device(x)
+    out_dtype = out_dtype or x.dtype
+    colwise, kq = _check(x, levels, block, scale_mode, rht_signs, block_2d, dim, out_dtype, want_codes,
+                         want_dequant)
+    uniform, step = _grid_params(levels)
+    g_max = float(levels[-1])
+    bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile)
+    M, K = x.numel() // kq if kq else 0, kq
+    if not (colwise or block_2d):  # blocks never cross rows: quantize the tensor as one long row
+        M, K = 1, M * K
+
+    dev = x.device
+    lead = (x.shape[1],) if colwise else tuple(x.shape[:-1])
+    tscale = torch.empty((), dtype=torch.float32, device=dev)
+    codes = scales = out = None
+    if want_codes:
+        codes = torch.empty(lead + (kq // 2,), dtype=torch.uint8, device=dev)
+        sshape = (M // 16, K // 16) if block_2d else lead + (kq // block,)
+        scales = torch.empty(sshape, dtype=torch.float32 if scale_mode == "fp32" else torch.uint8, device=dev)
+    if want_dequant:
+        out = torch.empty(x.shape, dtype=out_dtype, device=dev)
+    if x.numel() == 0:
+        tscale.fill_(1.0)
+        return codes, scales, tscale, out
+    out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
+    x_bits = interpret and x.dtype == torch.bfloat16
+    xk = x.view(torch.int16) if x_bits else x
+    signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
+    amax = tscale
+    grid = (triton.cdiv(K // 16, ng), triton.cdiv(M, bm))
+    common = dict(BM=bm, NG=ng, COLWISE=colwise, I64=x.numel() >= 2**31, RHT=rht_signs is not None,
+                  X_BITS=x_bits, num_warps=nw, enable_fp_fusion=False)
+    if scale_mode == "e4m3":
+        amax = torch.zeros(1, dtype=torch.int32, device=dev)
+        _amax_kernel[grid](xk, signs, amax, M, K, **common)
+    _quantize_kernel[grid](
+        xk, (out.view(torch.int16) if out_mode == 2 else out) if want_dequant else tscale,
+        codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale, M, K, seed,
+        QB=block, BLOCK_2D=block_2d, KEEP_ROTATED=keep_rotated, SCALE=SCALE_MODES[scale_mode], SR=sr,
+        UNIFORM=uniform, STEP=step, CB=_f32_bits(step * 2.0**23), G=g_max,
+        E8_SHIFT=math.floor(math.log2(g_max)), FAST_DIV=fast_div and not interpret and step >= 0.5,
+        WANT_CODES=want_codes, WANT_DEQUANT=want_dequant, OUT_MODE=out_mode, **common)
+    if want_codes and scale_mode == "e4m3":
+        scales = scales.view(torch.float8_e4m3fn)
+    return codes, scales, tscale, out
+
+
+def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Only the dequantized tensor of quantize(x, **kwargs) (the emulated-GEMM operand)."""
+    return quantize(x, want_codes=False, want_dequant=True, **kwargs)[3]
+
+
+# The emulated-GEMM operand as a PyTorch custom op: torch.compile sees one opaque node (no graph
+# break), and stochastic rounding draws its Philox seed from torch's CPU generator when the op runs,
+# so runs are reproducible from torch.manual_seed.
+@torch.library.custom_op("nanofp4::fake_quantize", mutates_args=())
+def fake_quantize_op(x: torch.Tensor, levels: list[float], block: int, scale_mode: str, sr: bool,
+                     signs: Optional[torch.Tensor], block_2d: bool, dim: int, seed: int,
+                     keep_rotated: bool) -> torch.Tensor:
+    if sr and seed < 0:
+        seed = int(torch.randint(2**31 - 1, ()))
+    return fake_quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
+                         rht_signs=signs, block_2d=block_2d, dim=dim, seed=seed,
+                         keep_rotated=keep_rotated)
+
+
+@fake_quantize_op.register_fake
+def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated):
+    return torch.empty_like(x)

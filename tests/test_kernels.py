@@ -1,0 +1,261 @@
+"""Tests for kernels.py: the fused Triton quantizer against the PyTorch reference (quant.py).
+
+Deterministic rounding must give the reference's bits for every spec — grid x scale mode x block
+(16, 32, 16x16 tiles) x RHT x orientation (rows, columns) x input dtype: packed codes, stored
+scales, tensor scale and the dequantized tensor (NaN is compared as NaN), on small odd shapes with
+zero blocks, negative zeros and tiny and huge magnitudes. Stochastic rounding is checked
+statistically. Without CUDA the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1 is set
+below, before triton is imported); the reference always runs on the CPU (it is the spec).
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import kernels  # noqa: E402
+import quant  # noqa: E402
+import rht  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+if DEV == "cpu" and "Interpreted" not in type(kernels._quantize_kernel).__name__:
+    raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set; run this file alone or "
+                       "export TRITON_INTERPRET=1")
+
+SIGNS = rht.random_signs(7)
+GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
+BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
+ROW_SHAPES = {16: [(17, 96), (3, 48), (1, 16)], 32: [(17, 96), (1, 32), (3, 64)]}
+COL_SHAPES = {16: [(48, 17), (16, 40), (32, 1)], 32: [(96, 5), (32, 40), (64, 1)]}
+TILE_SHAPES = [(32, 48), (16, 16), (48, 32)]
+
+
+def make_x(shape, dtype, seed):
+    """Rows of very different magnitudes, a zero block along either dim, negative zeros, and
+    tiny (1e-30) and huge (1e25) values."""
+    g = torch.Generator().manual_seed(seed)
+    r, c = shape
+    x = torch.randn(shape, generator=g) * torch.exp(2 * torch.randn(r, 1, generator=g))
+    x[0, :16] = 0.0
+    x[: min(r, 16), 0] = 0.0
+    x[0, 1:5] = -0.0
+    x[-1, -5:] *= 1e25
+    if r > 2:
+        x[2] *= 3e-39  # subnormal
+    if c > 2:
+        x[:, 2] *= 3e-39
+    if c >= 48:
+        x[:, 32:48] *= 1e-3
+    return x.to(dtype)
+
+
+def kernel_args(spec, dim, **kw):
+    return dict(levels=spec.levels, block=spec.block, scale_mode=spec.scale, sr=spec.rounding == "sr",
+                rht_signs=SIGNS.to(DEV) if spec.rht else None, block_2d=spec.block_2d, dim=dim, **kw)
+
+
+def assert_same_bits(got, want, what):
+    """Equal shape, dtype and bits; floating NaNs only need to be NaN in both."""
+    got, want = got.cpu(), want.cpu()
+    assert got.shape == want.shape and got.dtype == want.dtype, \
+        f"{what}: got {got.dtype}{tuple(got.shape)}, want {want.dtype}{tuple(want.shape)}"
+    if got.dtype == torch.float8_e4m3fn:
+        got, want = got.view(torch.uint8), want.view(torch.uint8)
+    if got.is_floating_point():
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan), f"{what}: NaN positions differ"
+        ints = {torch.bfloat16: torch.int16, torch.float32: torch.int32}[got.dtype]
+        got, want = (torch.where(nan, 0, t).view(ints) for t in (got, want))
+    bad = (got != want).nonzero()
+    assert len(bad) == 0, (f"{what}: {len(bad)} of {got.numel()} differ, first at {tuple(bad[0].tolist())}: "
+                           f"got {got[tuple(bad[0])].item()}, want {want[tuple(bad[0])].item()}")
+
+
+@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
+@pytest.mark.parametrize("grid,max_level", GRIDS)
+def test_bit_identical_to_reference(grid, max_level, scale):
+    """Codes, scales, tensor scale and dequant (kept rotated and rotated back) equal the reference."""
+    case = 0
+    for block, block_2d, use_rht in BLOCKS:
+        spec = quant.QuantSpec(grid, block, scale, "rtne", use_rht, block_2d, max_level)
+        for dim in (-1, 0):
+            case += 1
+            shapes = TILE_SHAPES if block_2d else (ROW_SHAPES if dim == -1 else COL_SHAPES)[block]
+            shape = shapes[(case + len(grid)) % len(shapes)]
+            dtype = (torch.bfloat16, torch.float32)[(case + case // 2) % 2]
+            x = make_x(shape, dtype, seed=case)
+            what = f"{spec} dim={dim} {dtype} {shape}"
+            ref = quant.quantize(x, spec, dim, signs=SIGNS)
+            codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, dim, keep_rotated=True))
+            assert_same_bits(codes, ref.codes, what + " codes")
+            assert_same_bits(scales, ref.scales, what + " scales")
+            assert_same_bits(t, ref.tensor_scale, what + " tensor scale")
+            assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
+            if use_rht:  # rotated back, fp32 output
+                dq = kernels.fake_quantize(x.to(DEV), **kernel_args(spec, dim, out_dtype=torch.float32))
+                assert_same_bits(dq, ref.dequantize(torch.float32), what + " dequant rotated back")
+
+
+@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
+@pytest.mark.parametrize("use_rht", [False, True])
+def test_nonfinite_blocks_dequantize_to_nan(scale, use_rht):
+    x = make_x((4, 64), torch.float32, seed=3)
+    x[0, 35], x[1, 3], x[2, 60], x[3, 16:32] = float("nan"), float("inf"), -float("inf"), float("nan")
+    spec = quant.QuantSpec("e2m1", 16, scale, rht=use_rht)
+    ref = quant.quantize(x, spec, signs=SIGNS)
+    codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, -1, out_dtype=torch.float32))
+    bad = torch.zeros(4, 4, dtype=torch.bool)
+    bad[0, 2] = bad[1, 0] = bad[2, 3] = bad[3, 1] = True
+    assert torch.equal(torch.isnan(dq.cpu()).unflatten(1, (4, 16)).all(-1), bad)
+    assert torch.equal(torch.isnan(dq.cpu()).unflatten(1, (4, 16)).any(-1), bad)
+    assert_same_bits(dq, ref.dequantize(torch.float32), "dequant")
+    assert_same_bits(scales, ref.scales, "scales")
+    assert_same_bits(t, ref.tensor_scale, "tensor scale")
+    byte_bad = bad.repeat_interleave(8, dim=1)
+    # a NaN's sign after RHT arithmetic is not defined, so with RHT only the level bits must agree
+    sign_mask = 0x77 if use_rht else 0xFF
+    assert_same_bits(torch.where(byte_bad, codes.cpu() & sign_mask, codes.cpu()),
+                     torch.where(byte_bad, ref.codes & sign_mask, ref.codes), "codes")
+    assert ((codes.cpu() & 0x77)[byte_bad] == 0).all()
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_e4m3_scale_ties_round_to_even(dim):
+    """amax_T = 448 * 6 makes t = 1, so block scales amax / 6 of 1 + 1/16 and 1.3125 are exact ties
+    between two e4m3 values (RNE: 1.0 and 1.25); the reference casts with torch's float8_e4m3fn."""
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
+    for i, amax in enumerate((6 * 1.0625, 6 * 1.3125, 6 * 1.1875, 6 * 0.0078125 * 1.0625)):
+        x[i, 16 + i] = amax * (-1) ** i
+        x[i, 16:32] = x[i, 16:32].clamp(-abs(amax), abs(amax))
+    x[0, 0] = 448 * 6
+    x = x if dim == -1 else x.t().contiguous()
+    spec = quant.QuantSpec("e2m1", 16, "e4m3")
+    ref = quant.quantize(x, spec, dim)
+    codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, dim))
+    assert ref.tensor_scale.item() == 1.0
+    assert_same_bits(scales, ref.scales, "e4m3 scales")
+    assert_same_bits(codes, ref.codes, "codes")
+    assert_same_bits(dq, ref.dequantize(), "dequant")
+
+
+@pytest.mark.parametrize("grid,use_rht", [("e2m1", False), ("e1m2", True)])
+def test_stochastic_rounding(grid, use_rht):
+    """On the grid, one of the two neighbouring levels, reproducible per seed, and unbiased."""
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(5))
+    spec = quant.QuantSpec(grid, 16, "fp32", "sr", rht=use_rht)
+    args = kernel_args(spec, -1, out_dtype=torch.float32, keep_rotated=True)
+    codes, scales, t, dq = kernels.quantize(x.to(DEV), seed=11, **args)
+    decoded = quant.QTensor(codes.cpu(), scales.cpu(), t.cpu(), spec, -1, torch.float32, SIGNS)
+    assert_same_bits(dq, decoded.dequantize(keep_rotated=True), "SR dequant vs its own codes")
+    again = kernels.quantize(x.to(DEV), seed=11, **args)
+    assert torch.equal(again[0], codes) and torch.equal(again[3], dq), "same seed, different result"
+    assert not torch.equal(kernels.quantize(x.to(DEV), seed=12, **args)[0], codes), "seed ignored"
+
+    xr = rht.rht(x, SIGNS) if use_rht else x
+    s = quant.quantize(x, quant.QuantSpec(grid, 16, "fp32", rht=use_rht), signs=SIGNS).scales
+    s = s.repeat_interleave(16, dim=1)
+    ay = (xr / s).abs()                                         # |y|, exactly as the reference
+    levels = torch.tensor(spec.levels)
+    hi = levels[torch.searchsorted(levels, ay).clamp(max=len(levels) - 1)]
+    lo = levels[torch.searchsorted(levels, ay, right=True) - 1]
+    gap = torch.where(hi > lo, hi - lo, 1.0)
+    ups, errs = [], []
+    for seed in range(24):
+        c = kernels.quantize(x.to(DEV), seed=seed, want_dequant=False, **args)[0].cpu()
+        q = levels[torch.stack([c & 7, (c >> 4) & 7], -1).flatten(-2).long()]
+        assert ((q == lo) | (q == hi)).all(), "SR gave a level that is not a neighbour of |y|"
+        errs.append((q - ay) / gap)                             # in units of the local level gap
+        ups.append((q > lo).double())
+    err, n = torch.stack(errs).double(), len(errs) * ay.numel()
+    bound = 5 * 0.5 / n**0.5                                    # 5 sd of a mean of n values of var <= 1/4
+    assert abs(err.mean().item()) < bound, f"SR is biased: mean error {err.mean():.2e} gaps > {bound:.2e}"
+    p_up = ((ay - lo) / gap).double().mean().item()
+    assert abs(torch.stack(ups).mean().item() - p_up) < bound, "P(round up) != distance to the lower level"
+
+
+@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
+def test_e1m2_equals_int4_and_fake_quantize_equals_quantize(scale):
+    x = make_x((5, 64), torch.bfloat16, seed=9)
+    x[2] = x[3]  # no subnormal block: e8m0 clamps both grids' exponents at -127 there (so they differ)
+    x = x.to(DEV)
+    args = dict(block=16, scale_mode=scale, rht_signs=SIGNS.to(DEV), dim=0 if scale == "e4m3" else -1)
+    x = x.t().contiguous() if args["dim"] == 0 else x
+    e1m2 = kernels.quantize(x, levels=quant.GRIDS["e1m2"], **args)
+    int4 = kernels.quantize(x, levels=quant.GRIDS["int4"], **args)
+    assert torch.equal(e1m2[0], int4[0]) and torch.equal(e1m2[3], int4[3])
+    only = kernels.quantize(x, levels=quant.GRIDS["e1m2"], want_codes=False, **args)
+    assert only[0] is None and only[1] is None and torch.equal(only[3], e1m2[3])
+    assert torch.equal(kernels.fake_quantize(x, levels=quant.GRIDS["e1m2"], **args), e1m2[3])
+    codes = kernels.quantize(x, levels=quant.GRIDS["e1m2"], want_dequant=False, **args)
+    assert codes[3] is None and torch.equal(codes[0], e1m2[0]) and torch.equal(codes[1], e1m2[1])
+
+
+def test_bad_inputs_give_clear_errors():
+    e2m1 = quant.GRIDS["e2m1"]
+    x = torch.randn(4, 48, device=DEV)
+    cases = [
+        (dict(x=torch.randn(4, 40, device=DEV)), "multiple of 16"),
+        (dict(x=x, block=32), "multiple of 32"),
+        (dict(x=torch.randn(48, 4, device=DEV).t()), r"contiguous\(\)"),
+        (dict(x=torch.ones(4, 48, dtype=torch.int32, device=DEV)), "bf16 or fp32"),
+        (dict(x=torch.randn(2, 16, 16, device=DEV), dim=1), "dim 0 of a 2-D tensor"),
+        (dict(x=torch.randn(8, 32, device=DEV), block_2d=True), "multiples of 16"),
+        (dict(x=torch.randn(16, 32, device=DEV), block_2d=True, rht_signs=SIGNS.to(DEV)), "no RHT"),
+        (dict(x=x, levels=(0.0, 1.0, 3.0)), "uniform grids"),
+        (dict(x=x, levels=(0.0, 1.0, 1.0)), "increasing"),
+        (dict(x=x, scale_mode="fp8"), "unknown scale_mode"),
+        (dict(x=x, block=64), "16 or 32"),
+        (dict(x=x, rht_signs=torch.ones(8, device=DEV)), "16 values"),
+        (dict(x=x, want_codes=False, want_dequant=False), "nothing to compute"),
+        (dict(x=x, out_dtype=torch.float16), "out_dtype"),
+        (dict(x=x, tile=(4, 3, 1)), "powers of two"),
+    ]
+    for kw, message in cases:
+        kw.setdefault("levels", e2m1)
+        with pytest.raises(ValueError, match=message):
+            kernels.quantize(kw.pop("x"), **kw)
+
+
+@pytest.mark.parametrize("name", ["ufp4", "e2m1", "nvfp4", "mxfp4", "ufp4-nv"])
+def test_qlinear_kernel_path_matches_reference(name):
+    """The quantized linear through the kernels (custom op nanofp4::fake_quantize) gives the
+    reference's bits for y, dX and dW (SR off, so both paths are deterministic)."""
+    recipe = quant.recipe_from_overrides(name, sr="none", bf16_last="0")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(32, 64, generator=g).to(DEV)
+    w = torch.randn(96, 64, generator=g).to(DEV)
+    dy = torch.randn(32, 96, generator=g).to(DEV)
+    outs = {}
+    for backend in ("torch", "triton"):
+        quant.set_backend(backend)
+        try:
+            lin = quant.QLinear(64, 96, bias=False, recipe=recipe).to(DEV)
+            with torch.no_grad():
+                lin.weight.copy_(w)
+            xr = x.clone().requires_grad_()
+            y = lin(xr)
+            y.backward(dy)
+            outs[backend] = (y, xr.grad, lin.weight.grad)
+        finally:
+            quant.set_backend("auto")
+    for ref, got in zip(outs["torch"], outs["triton"]):
+        assert torch.equal(ref, got)
+
+
+def test_kernel_backend_sr_is_reproducible_from_torch_seed():
+    spec = quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True)
+    x = torch.randn(16, 64).to(DEV)
+    quant.set_backend("triton")
+    try:
+        torch.manual_seed(5)
+        a = quant.fake_quantize(x, spec)
+        torch.manual_seed(5)
+        b = quant.fake_quantize(x, spec)
+        c = quant.fake_quantize(x, spec)
+    finally:
+        quant.set_backend("auto")
+    assert torch.equal(a, b) and not torch.equal(a, c)
