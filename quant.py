@@ -224,7 +224,7 @@ def _use_kernels(x) -> bool:
         raise RuntimeError("quant backend 'triton' needs a CUDA tensor (or TRITON_INTERPRET=1 on CPU); "
                            "use set_backend('torch') or 'auto' on this machine")
     use = BACKEND["name"] == "triton" or (BACKEND["name"] == "auto" and x.is_cuda)
-    if not use and "torch" not in BACKEND["logged"]:
+    if not use and "torch" not in BACKEND["logged"] and not torch.compiler.is_compiling():
         log.info("quantizing with the PyTorch reference (quant.py)")
         BACKEND["logged"].add("torch")
     return use
@@ -234,7 +234,7 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
     """fake_quantize through the fused Triton kernel (kernels.py), as the custom op
     nanofp4::fake_quantize: rows of any tensor, or the columns of a 2-D one (no transpose)."""
     import kernels  # imports Triton; only needed when the kernels run
-    if "triton" not in BACKEND["logged"]:
+    if "triton" not in BACKEND["logged"] and not torch.compiler.is_compiling():
         log.info("quantizing with the Triton kernels (kernels.py)")
         BACKEND["logged"].add("triton")
     _check_shape(x, spec, dim)

@@ -26,9 +26,14 @@ def hadamard(n: int = RHT_SIZE) -> torch.Tensor:
 
 
 def random_signs(seed: int, n: int = RHT_SIZE) -> torch.Tensor:
-    """A vector of n random +-1 values (fp32), the same for a given seed on every machine."""
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    return torch.randint(0, 2, (n,), generator=gen).float() * 2 - 1
+    """A vector of n random +-1 values (fp32), the same for a given seed on every machine and rank.
+    The bits come from splitmix64 in plain Python integers (no torch.Generator, so torch.compile
+    can build the vector inside a compiled region)."""
+    z = (int(seed) * 0x9E3779B97F4A7C15 + 0x9E3779B97F4A7C15) & (2**64 - 1)
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+    z ^= z >> 31
+    return torch.tensor([1.0 - 2.0 * ((z >> i) & 1) for i in range(n)])
 
 
 def _butterfly(x: torch.Tensor) -> torch.Tensor:
