@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import model as model_lib  # noqa: E402
+import moe  # noqa: E402
 import quant  # noqa: E402
 
 PEAK_FLOPS = 989e12
@@ -35,7 +36,8 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
         m = model_lib.Transformer(cfg)
     m.to_empty(device="cuda")
     m.init_weights()
-    quant.convert(m, quant.recipe_from_overrides(recipe))
+    r = quant.recipe_from_overrides(recipe)
+    moe.convert_experts(quant.convert(m, r), r)
     if compile_blocks and args.compile == "block":
         for block in m.layers:
             block.compile()

@@ -1,0 +1,508 @@
+"""
+Train a nanofp4 model. One script, read top to bottom: config -> distributed init -> data ->
+model -> quantization -> parallelize -> optimizer -> compile -> loop.
+
+    python train.py configs/tiny.toml [--section.key=value ...]    # e.g. --quant.recipe=ufp4
+    torchrun --nproc_per_node=8 train.py configs/dense-1.5b.toml
+    python train.py configs/tiny.toml --sample                     # text from the run's checkpoint
+
+Config: TOML sections [model] [data] [train] [optim] [quant] [log] [sample], one flat dataclass
+each (below); `--section.key=value` overrides are type-checked against the field. [model] takes
+`preset` (model.PRESETS) and any ModelConfig field; [quant] takes `recipe` (quant.RECIPES), and any
+other [quant] key but `backend` goes, as a string, to quant.recipe_from_overrides.
+
+The run directory (log.out_dir) holds config.json (resolved config, git commit, package versions),
+log.jsonl (a record per step) and ckpt.pt (model, optimizer, step, config, RNG states; written to
+a temporary file, then renamed). A batch is a set of random windows drawn by a numpy Generator
+seeded with (seed, step, micro-step, rank): the data position is just the step, so a resumed run
+repeats an uninterrupted one bit for bit (on the CPU). train.resume: 'auto' continues from the run
+directory's checkpoint if there is one, 'true' requires one, 'false' starts afresh.
+train.stop_after = N ends this invocation after N steps with a checkpoint (for job time limits).
+A non-finite loss or gradient norm stops the run before the optimizer step: the weights never see
+it, and the checkpoint on disk stays the last good one.
+"""
+import dataclasses
+import difflib
+import json
+import logging
+import math
+import os
+import platform
+import random
+import resource
+import subprocess
+import sys
+import time
+import tomllib
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+import moe
+import quant
+from data.tokenizer import get_tokenizer
+from model import ModelConfig, Transformer, get_config
+
+PEAK_FLOPS = 989e12  # dense bf16 FLOP/s of one H100/H200 SXM: the denominator of MFU
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class ModelSection:
+    preset: str = 'tiny'  # a name in model.PRESETS
+    overrides: dict = field(default_factory=dict)  # every other [model] key: a ModelConfig field
+
+
+@dataclass
+class DataConfig:
+    dir: str = 'data/shakespeare'  # meta.json + uint16 shards, made by data/prepare.py
+    batch_size: int = 8  # sequences per micro-step and rank
+    grad_accum: int = 1  # micro-steps per optimizer step
+    eval_batches: int = 4  # fixed validation batches per rank
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 200
+    seed: int = 1337
+    device: str = 'auto'  # auto (cuda if available) | cpu | cuda
+    dtype: str = 'auto'  # autocast: auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32
+    compile: bool = False
+    eval_interval: int = 50
+    ckpt_interval: int = 0  # 0: a checkpoint at the end only
+    resume: str = 'auto'  # auto | true | false
+    stop_after: int = 0  # end this invocation after this many steps; 0: run to max_steps
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio
+    schedule: str = 'cosine'  # cosine | wsd (warmup, stable, linear decay)
+    warmup_steps: int = 20
+    decay_frac: float = 0.2  # wsd: the last fraction of the steps decays
+    weight_decay: float = 0.1  # on the matrices of linear layers only
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0: no clipping (the norm is logged either way)
+
+
+@dataclass
+class QuantSection:
+    recipe: str = 'bf16'  # a name in quant.RECIPES
+    backend: str = 'auto'  # quantizer: auto (Triton kernels on CUDA) | torch (reference) | triton
+    overrides: dict = field(default_factory=dict)  # every other [quant] key, as a string
+
+
+@dataclass
+class LogConfig:
+    out_dir: str = 'runs/tiny'
+
+
+@dataclass
+class SampleConfig:
+    num_samples: int = 3
+    max_new_tokens: int = 200
+    temperature: float = 0.8
+    top_k: int = 200  # 0: no top-k
+    prompt: str = ''  # empty: start from the end-of-text token
+
+
+@dataclass
+class Config:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    quant: QuantSection = field(default_factory=QuantSection)
+    log: LogConfig = field(default_factory=LogConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+
+
+CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfloat16', 'float32'),
+           'train.resume': ('auto', 'true', 'false'), 'optim.schedule': ('cosine', 'wsd'),
+           'quant.backend': ('auto', 'torch', 'triton')}
+USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample]'
+
+
+def scalar_fields(cls) -> dict:
+    """Name -> type of a dataclass's bool/int/float/str fields (the ones a config can set)."""
+    return {f.name: f.type for f in dataclasses.fields(cls) if f.type in (bool, int, float, str)}
+
+
+def parse_value(key: str, value, typ):
+    """A TOML value or a command-line string, checked against the field's type."""
+    if isinstance(value, str) and typ is not str:
+        text = value.strip().lower()
+        if typ is bool and text in ('true', 'false'):
+            value = text == 'true'
+        elif typ in (int, float):
+            try:
+                value = typ(text)
+            except ValueError:
+                pass  # reported just below
+    if typ is float and type(value) is int:
+        value = float(value)
+    if type(value) is not typ:
+        raise SystemExit(f'config: {key} expects {typ.__name__}, got {value!r}')
+    return value
+
+
+def unknown(kind: str, name: str, valid) -> SystemExit:
+    near = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.0)
+    hint = f" (did you mean '{near[0]}'?)" if near else ''
+    return SystemExit(f"config: unknown {kind} '{name}'{hint}; valid: {', '.join(valid)}")
+
+
+def load_config(path: str, overrides: list[str]) -> Config:
+    """Read the TOML file, apply the `--section.key=value` overrides, check every key and type."""
+    if not Path(path).is_file():
+        raise SystemExit(f'config: no file {path}; the configs are in configs/*.toml\n{USAGE}')
+    with open(path, 'rb') as f:
+        raw = tomllib.load(f)
+    items = []
+    for section, table in raw.items():
+        if not isinstance(table, dict):
+            raise SystemExit(f"config: {path}: key '{section}' must be inside a [section]")
+        items += [(section, key, value) for key, value in table.items()]
+    for arg in overrides:
+        key, eq, value = arg.removeprefix('--').partition('=')
+        section, dot, name = key.partition('.')
+        if not arg.startswith('--') or not eq or not dot:
+            raise SystemExit(f"config: cannot read argument '{arg}'\n{USAGE}")
+        items.append((section, name, value))
+    cfg = Config()
+    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    for section, key, value in items:
+        if section not in sections:
+            raise unknown('section', section, sections)
+        obj, dest, valid = sections[section], None, scalar_fields(type(sections[section]))
+        if section == 'quant' and key not in valid:  # quant.recipe_from_overrides checks these
+            obj.overrides[key] = (','.join(map(str, value)) if isinstance(value, list)
+                                  else str(value).lower() if isinstance(value, bool) else str(value))
+            continue
+        if section == 'model' and key not in valid:
+            dest, valid = obj.overrides, {'preset': str} | scalar_fields(ModelConfig)
+        if key not in valid:
+            raise unknown('key', f'{section}.{key}', [f'{section}.{k}' for k in valid])
+        value = parse_value(f'{section}.{key}', value, valid[key])
+        if value not in CHOICES.get(f'{section}.{key}', (value,)):
+            raise SystemExit(f"config: {section}.{key}={value!r} is not valid; valid: "
+                             f"{', '.join(CHOICES[f'{section}.{key}'])}")
+        if dest is None:
+            setattr(obj, key, value)
+        else:
+            dest[key] = value
+    return cfg
+
+
+def run_info() -> dict:
+    """The git commit of this file's repository and the versions of the packages doing the work."""
+    try:
+        out = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True)
+        commit = out.stdout.strip() if out.returncode == 0 else 'unknown'
+    except FileNotFoundError:  # no git on this machine
+        commit = 'unknown'
+    versions = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
+    try:
+        versions['triton'] = metadata.version('triton')
+    except metadata.PackageNotFoundError:
+        versions['triton'] = 'not installed'
+    return {'git_commit': commit, 'versions': versions}
+
+
+# ----------------------------------------------------------------------------- helpers
+def init_distributed(device_name: str):
+    """torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; a plain `python train.py` is a group of one."""
+    if device_name == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('train.device=cuda but no CUDA device is visible; use --train.device=cpu')
+    rank, world = int(os.environ.get('RANK', 0)), int(os.environ.get('WORLD_SIZE', 1))
+    cuda = device_name == 'cuda' or (device_name == 'auto' and torch.cuda.is_available())
+    device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))) if cuda else torch.device('cpu')
+    if cuda:
+        torch.cuda.set_device(device)
+    if 'RANK' in os.environ:
+        dist.init_process_group('nccl' if cuda else 'gloo', device_id=device if cuda else None)
+    else:
+        dist.init_process_group('nccl' if cuda else 'gloo', store=dist.HashStore(), rank=0, world_size=1)
+    return rank, world, device
+
+
+def load_data(data_dir: str, seq_len: int, vocab_size: int) -> dict:
+    """{'train': [shards], 'val': [shards]}: uint16 token memmaps listed in data_dir/meta.json."""
+    meta_path = Path(data_dir) / 'meta.json'
+    if not meta_path.is_file():
+        raise SystemExit(f'data: no {meta_path}; make it with `python data/prepare.py shakespeare` '
+                         f'(or `python data/prepare.py SOURCE --out {data_dir}`), or set --data.dir')
+    meta = json.loads(meta_path.read_text())
+    if meta['dtype'] != 'uint16' or meta['vocab_size'] > vocab_size:
+        raise SystemExit(f"data: {meta_path} has dtype {meta['dtype']} and vocab_size {meta['vocab_size']}; "
+                         f'this trainer reads uint16 tokens below the model vocab_size {vocab_size}')
+    splits = {}
+    for split in ('train', 'val'):
+        paths = [Path(data_dir) / name for name in meta[split]['shards']]
+        for p in paths:
+            if not p.is_file():
+                raise SystemExit(f'data: shard {p} in {meta_path} is missing; run data/prepare.py again')
+        shards = [np.memmap(p, dtype=np.uint16, mode='r') for p in paths]
+        splits[split] = [s for s in shards if len(s) > seq_len]  # shorter ones hold no whole window
+        if not splits[split]:
+            raise SystemExit(f'data: no {split} shard of {data_dir} has more than seq_len={seq_len} '
+                             'tokens; use a smaller --model.seq_len or more data')
+    return splits
+
+
+def get_batch(shards: list, key: list[int], batch_size: int, seq_len: int, device):
+    """x, y: [B, T] int64 from B random windows; the same key always gives the same windows."""
+    rng = np.random.default_rng(key)
+    starts = np.array([len(s) - seq_len for s in shards])  # windows of T+1 tokens in each shard
+    ends = np.cumsum(starts)
+    picks = rng.integers(0, ends[-1], size=batch_size)
+    shard = np.searchsorted(ends, picks, side='right')
+    offset = picks - (ends - starts)[shard]
+    xy_BT1 = torch.from_numpy(np.stack([shards[i][o:o + seq_len + 1] for i, o in zip(shard, offset)])
+                              .astype(np.int64))
+    if device.type == 'cuda':
+        xy_BT1 = xy_BT1.pin_memory().to(device, non_blocking=True)
+    return xy_BT1[:, :-1].contiguous(), xy_BT1[:, 1:].contiguous()
+
+
+def resolve(cfg: Config):
+    """The ModelConfig and the quant.Recipe that the [model] and [quant] sections name."""
+    try:
+        return (get_config(cfg.model.preset, **cfg.model.overrides),
+                quant.recipe_from_overrides(cfg.quant.recipe, **cfg.quant.overrides))
+    except (ValueError, TypeError) as e:  # their messages name the bad preset, key or value
+        raise SystemExit(f'config: {e}') from e
+
+
+def build_model(mcfg: ModelConfig, recipe, device):
+    """The Transformer (fp32 master weights) with its block linears and routed experts (MoE)
+    converted under the recipe."""
+    with device:
+        model = Transformer(mcfg)
+    return moe.convert_experts(quant.convert(model, recipe), recipe)
+
+
+def parallelize(model, cfg: Config, device):
+    """Data parallelism over the process group (DDP); a group of one trains the model as it is.
+    Built before the optimizer, because a sharding wrapper replaces the parameters."""
+    if dist.get_world_size() == 1:
+        return model
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
+
+
+def make_optimizer(model, o: OptimConfig):
+    """AdamW. Weight decay only on the matrices of linear layers: norms have no scale to pull in,
+    and decaying the token embedding only shrinks the rows of rare tokens."""
+    groups = [{'params': [], 'weight_decay': o.weight_decay}, {'params': [], 'weight_decay': 0.0}]
+    for name, p in model.named_parameters():
+        groups[0 if p.ndim >= 2 and not name.startswith('tok_emb') else 1]['params'].append(p)
+    return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=True)  # CPU too
+
+
+def lr_at(step: int, o: OptimConfig, max_steps: int) -> float:
+    """Linear warmup, then cosine or WSD (stable, then linear) decay to lr * min_lr_ratio."""
+    if step < o.warmup_steps:
+        return o.lr * (step + 1) / o.warmup_steps
+    low = o.lr * o.min_lr_ratio
+    if o.schedule == 'cosine':
+        t = min(1.0, (step - o.warmup_steps) / max(1, max_steps - o.warmup_steps))
+        return low + 0.5 * (o.lr - low) * (1 + math.cos(math.pi * t))
+    decay_start = max(o.warmup_steps, int(max_steps * (1 - o.decay_frac)))
+    t = min(1.0, max(0.0, (step - decay_start) / max(1, max_steps - decay_start)))
+    return o.lr - (o.lr - low) * t
+
+
+def autocast_for(cfg: Config, device):
+    bf16 = cfg.train.dtype == 'bfloat16' or (cfg.train.dtype == 'auto' and device.type == 'cuda')
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16), 'bfloat16' if bf16 else 'float32'
+
+
+def save_checkpoint(path: Path, model, opt, step: int, cfg: Config):
+    """Write path.tmp, then rename it: the old checkpoint stays whole until the new one is."""
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        raise RuntimeError(f'step {step}: refusing to write a checkpoint with non-finite weights')
+    rng = {'python': random.getstate(), 'numpy': np.random.get_state(), 'torch': torch.get_rng_state(),
+           'cuda': torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+    tmp = path.with_name(path.name + '.tmp')
+    torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict(), 'step': step,
+                'config': asdict(cfg), 'rng': rng}, tmp)
+    os.replace(tmp, path)
+
+
+def resume(path: Path, cfg: Config, model, opt, device) -> int:
+    """Load the checkpoint at `path` into the model, optimizer and RNGs; return its step."""
+    ckpt = torch.load(path, map_location=device, weights_only=False)  # our own file: it holds RNG states
+    for section in ('model', 'quant'):  # a run directory holds one model trained under one recipe
+        old, new = ({k: v for k, v in c[section].items() if k != 'backend'} for c in (ckpt['config'], asdict(cfg)))
+        if old != new:
+            raise SystemExit(f'{path} was trained with [{section}] {old}, not {new}; pick another '
+                             '--log.out_dir, or --train.resume=false to start afresh there')
+    model.load_state_dict(ckpt['model'])
+    opt.load_state_dict(ckpt['optimizer'])
+    rng = ckpt['rng']
+    random.setstate(rng['python'])
+    np.random.set_state(rng['numpy'])
+    torch.set_rng_state(rng['torch'].cpu())
+    if rng['cuda'] is not None and device.type == 'cuda':
+        torch.cuda.set_rng_state(rng['cuda'].cpu())
+    return ckpt['step']
+
+
+@torch.no_grad()
+def evaluate(model, val: list, cfg: Config, rank: int, seq_len: int, device, autocast) -> float:
+    """Mean loss over a fixed set of validation windows (eval_batches per rank)."""
+    model.eval()
+    total = torch.zeros((), device=device)
+    for i in range(cfg.data.eval_batches):
+        x, y = get_batch(val, [cfg.train.seed, 1, i, rank], cfg.data.batch_size, seq_len, device)
+        with autocast:
+            total += model(x, y)[1].float()
+    dist.all_reduce(total)
+    model.train()
+    return total.item() / (cfg.data.eval_batches * dist.get_world_size())
+
+
+# ----------------------------------------------------------------------------- training
+def train(cfg: Config, rank: int, world: int, device):
+    log = tqdm.write if rank == 0 else (lambda msg: None)
+    c, o, run_dir = cfg.train, cfg.optim, Path(cfg.log.out_dir)
+    ckpt_path, jsonl_path = run_dir / 'ckpt.pt', run_dir / 'log.jsonl'
+    if c.resume == 'true' and not ckpt_path.is_file():
+        raise SystemExit(f'train.resume=true but there is no checkpoint at {ckpt_path}')
+
+    mcfg, recipe = resolve(cfg)
+    seq_len, (autocast, autocast_dtype) = mcfg.seq_len, autocast_for(cfg, device)
+    quant.set_backend(cfg.quant.backend)
+
+    # data: windows of the model's context
+    data = load_data(cfg.data.dir, seq_len, mcfg.vocab_size)
+    tokens_per_step = cfg.data.batch_size * seq_len * cfg.data.grad_accum * world
+
+    # model and quantization: the same initial weights on every rank
+    torch.manual_seed(c.seed)
+    raw_model = build_model(mcfg, recipe, device)
+    flops_per_step = raw_model.flops_per_token(seq_len) * tokens_per_step
+
+    # data parallelism, optimizer, compile
+    model = parallelize(raw_model, cfg, device)
+    opt = make_optimizer(raw_model, o)
+    forward = torch.compile(model) if c.compile else model
+
+    # resume; record what runs
+    start = resume(ckpt_path, cfg, raw_model, opt, device) if c.resume != 'false' and ckpt_path.is_file() else 0
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        kept = [line for line in jsonl_path.read_text().splitlines()
+                if json.loads(line)['step'] <= start] if start and jsonl_path.is_file() else []
+        jsonl_path.write_text(''.join(line + '\n' for line in kept))  # drop steps after the checkpoint
+        info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe),
+                'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
+        (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
+    log(f'{f"resumed at step {start}" if start else "new run"} in {run_dir} | {world} x {device} | '
+        f'autocast {autocast_dtype} | compile {c.compile} | {raw_model.num_params() / 1e6:.2f}M params '
+        f'(without the embedding) | {tokens_per_step:,} tokens/step')
+    log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
+
+    last, recent = min(c.max_steps, start + c.stop_after) if c.stop_after else c.max_steps, []
+    for step in tqdm(range(start, last), initial=start, total=c.max_steps, disable=rank != 0, dynamic_ncols=True):
+        t0 = time.perf_counter()
+        lr = lr_at(step, o, c.max_steps)
+        for group in opt.param_groups:
+            group['lr'] = lr
+        if recipe.rht_resample:  # a fresh RHT sign vector per step, the same on every rank
+            quant.resample_rht(raw_model, step)
+            moe.resample_rht(raw_model, step)
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(cfg.data.grad_accum):
+            x, y = get_batch(data['train'], [c.seed, 0, step, micro, rank], cfg.data.batch_size, seq_len, device)
+            sync = micro == cfg.data.grad_accum - 1 or not isinstance(model, DistributedDataParallel)
+            with nullcontext() if sync else model.no_sync():  # DDP all-reduces on the last micro-step
+                with autocast:
+                    _, loss = forward(x, y)
+                (loss / cfg.data.grad_accum).backward()
+            loss_sum += loss.detach().float()
+        norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), o.grad_clip if o.grad_clip > 0 else math.inf)
+        dist.all_reduce(loss_sum)  # gradients are averaged already; the loss is, for the log
+        loss_v, norm_v = loss_sum.item() / (cfg.data.grad_accum * world), norm.item()
+        if not (math.isfinite(loss_v) and math.isfinite(norm_v)):
+            raise SystemExit(f'step {step + 1}: non-finite loss {loss_v} or grad norm {norm_v}; stopped before '
+                             f'the update. The last good checkpoint is {ckpt_path} (if written); lower '
+                             '--optim.lr, raise --optim.warmup_steps or check the data and the recipe')
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        moe_stats = moe.update_bias(raw_model)  # MoE load balancing (every rank); {} for a dense model
+
+        done, dt = step + 1, time.perf_counter() - t0
+        recent.append(loss_v)
+        rec = {'step': done, 'loss': loss_v, 'lr': lr, 'grad_norm': norm_v, 'tokens': done * tokens_per_step,
+               'tok_s': tokens_per_step / dt, 'mfu': flops_per_step / dt / (PEAK_FLOPS * world),
+               'mem_gb': torch.cuda.max_memory_allocated(device) / 1e9 if device.type == 'cuda'
+               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,  # peak; Linux: KiB
+               **moe_stats}
+        if done % c.eval_interval == 0 or done == c.max_steps:
+            rec['val_loss'] = evaluate(forward, data['val'], cfg, rank, seq_len, device, autocast)
+            log(f'step {done:6d}/{c.max_steps} | loss {np.mean(recent):.4f} | val {rec["val_loss"]:.4f} | '
+                f'lr {lr:.2e} | gnorm {norm_v:.3f} | {rec["tok_s"]:,.0f} tok/s | mfu {100 * rec["mfu"]:.1f}% | '
+                f'mem {rec["mem_gb"]:.2f} GB')
+            recent = []
+        if rank == 0:
+            with open(jsonl_path, 'a') as f:
+                f.write(json.dumps(rec) + '\n')
+            if (c.ckpt_interval and done % c.ckpt_interval == 0) or done == last:
+                save_checkpoint(ckpt_path, raw_model, opt, done, cfg)
+    if start >= last:
+        log(f'nothing to do: the checkpoint is at step {start} of max_steps={c.max_steps}')
+
+
+def sample(cfg: Config):
+    """Print text generated by the run directory's checkpoint (its own model and recipe)."""
+    ckpt_path = Path(cfg.log.out_dir) / 'ckpt.pt'
+    if not ckpt_path.is_file():
+        raise SystemExit(f'sample: no checkpoint at {ckpt_path}; train first, or point --log.out_dir at a run')
+    device = torch.device('cuda' if cfg.train.device != 'cpu' and torch.cuda.is_available() else 'cpu')
+    ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+    saved = dataclasses.replace(cfg, model=ModelSection(**ckpt['config']['model']),
+                                quant=QuantSection(**ckpt['config']['quant']))
+    model = build_model(*resolve(saved), device)
+    model.load_state_dict(ckpt['model'])
+    model.eval()
+    enc, s, autocast = get_tokenizer(), cfg.sample, autocast_for(cfg, device)[0]
+    torch.manual_seed(cfg.train.seed)
+    idx = torch.tensor([enc.encode(s.prompt) if s.prompt else [enc.eot_token]], device=device)
+    print(f'{ckpt_path} (step {ckpt["step"]}, recipe {saved.quant.recipe}):')
+    for i in range(s.num_samples):
+        with torch.no_grad(), autocast:
+            out = model.generate(idx, s.max_new_tokens, temperature=s.temperature, top_k=s.top_k or None)
+        ids = [t for t in out[0].tolist() if t < enc.n_vocab]  # a padded vocabulary has ids with no text
+        print(f'--- sample {i + 1}\n{enc.decode(ids)}')
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0].startswith('--'):
+        raise SystemExit(USAGE)
+    cfg = load_config(argv[0], [a for a in argv[1:] if a != '--sample'])
+    if '--sample' in argv:
+        return sample(cfg)
+    rank, world, device = init_distributed(cfg.train.device)
+    if rank == 0:  # quant.py logs which quantizer runs (the PyTorch reference or the Triton kernels)
+        logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s')
+    try:
+        train(cfg, rank, world, device)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main()
