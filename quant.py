@@ -375,13 +375,24 @@ def _n_blocks(count_or_fraction, n: int) -> int:
 
 
 # ----------------------------------------------------------------------------- the quantized linear
-def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs):
+# The quantization monitor: a trainer sets MONITOR to a callable on the (eager) steps it wants to
+# measure; every quantized operand is then reported as
+#   MONITOR(layer, role, x, x_hat, spec, dim, signs=signs, rotated=both_rotated)
+# (see analysis/monitor.py for the statistics). None, the default, costs nothing.
+MONITOR = None
+
+
+def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=""):
     """Fake-quantize the two operands of one GEMM. If both are rotated by the same RHT they stay in
     the rotated basis (the product is unchanged); otherwise each is rotated back."""
     both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
     qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
     qb = b if spec_b is None else fake_quantize(b, spec_b, dim_b, signs=signs, keep_rotated=both)
+    if MONITOR is not None and roles is not None:
+        for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
+            if spec is not None:
+                MONITOR(layer, role, t, q, spec, dim, signs=signs, rotated=both)
     return qa, qb
 
 
@@ -389,14 +400,14 @@ class _QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6)."""
 
     @staticmethod
-    def forward(ctx, x, w, bias, recipe, signs):
+    def forward(ctx, x, w, bias, recipe, signs, layer=""):
         x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
-        qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs)
+        qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer)
         y = qx @ qw.t()                                                 # [M, N]
         if bias is not None:
             y = y + bias
         ctx.save_for_backward(x2, w)
-        ctx.recipe, ctx.signs, ctx.has_bias = recipe, signs, bias is not None
+        ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer = recipe, signs, bias is not None, layer
         return y.reshape(*x.shape[:-1], w.shape[0])
 
     @staticmethod
@@ -404,12 +415,12 @@ class _QLinearFn(torch.autograd.Function):
         x2, w = ctx.saved_tensors
         r, signs = ctx.recipe, ctx.signs
         dy2 = dy.reshape(-1, dy.shape[-1]).to(x2.dtype)                 # [M, N]
-        qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs)
+        qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
         dx = qdy @ qw                                                   # [M, K]
-        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs)
+        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
         dw = qdy.t() @ qx                                               # [N, K]
         db = dy2.sum(0) if ctx.has_bias else None
-        return dx.reshape(*dy.shape[:-1], x2.shape[-1]), dw, db, None, None
+        return dx.reshape(*dy.shape[:-1], x2.shape[-1]), dw, db, None, None, None
 
 
 _SIGNS = {}
@@ -429,6 +440,7 @@ class QLinear(nn.Linear):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.recipe = recipe or RECIPES["bf16"]
         self.rht_seed = self.recipe.rht_seed
+        self.layer = ""  # the dotted name in the model, for the monitor; set by convert()
 
     def forward(self, x):
         if not self.recipe.quantized():
@@ -438,7 +450,7 @@ class QLinear(nn.Linear):
         with torch.autocast(dev, enabled=False):
             b = None if self.bias is None else self.bias.to(dtype)
             return _QLinearFn.apply(x.to(dtype), self.weight.to(dtype), b, self.recipe,
-                                    _signs(self.rht_seed, x.device))
+                                    _signs(self.rht_seed, x.device), self.layer)
 
     def extra_repr(self):
         return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"
@@ -458,7 +470,7 @@ def convert(model: nn.Module, recipe) -> nn.Module:
             if type(mod) is not nn.Linear or {"router", "gate"} & set(name.split(".")):
                 continue
             q = QLinear(mod.in_features, mod.out_features, mod.bias is not None, recipe, device="meta")
-            q.weight, q.bias = mod.weight, mod.bias
+            q.weight, q.bias, q.layer = mod.weight, mod.bias, f"layers.{i}.{name}"
             parent = block.get_submodule(name.rpartition(".")[0]) if "." in name else block
             setattr(parent, name.rpartition(".")[2], q)
     return model

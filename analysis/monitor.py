@@ -61,23 +61,28 @@ def stats(x, x_hat, spec: quant.QuantSpec, dim: int = -1, *, signs=None, rotated
 
 
 class Recorder:
-    """Collects stats() per operand role over one step; summary() averages them for the log.
+    """Collects stats() per layer and operand role over one step, for the JSONL log.
 
-    Use as the callback quant.py calls for every quantized operand:
-        recorder(role, x, x_hat, spec, dim, signs=signs, rotated=both_rotated)
+    It is the callback quant.py calls for every quantized operand when quant.MONITOR is set:
+        recorder(layer, role, x, x_hat, spec, dim, signs=signs, rotated=both_rotated)
+    summary() gives {"layers.3.ffn.w2": {"fprop_x": {alpha, nmse, ...}, ...}, ...} (means over the
+    calls of the step, e.g. micro-steps) plus "all": the mean over layers of every role.
     """
 
     def __init__(self):
         self.sums, self.counts = {}, {}
 
-    def __call__(self, role, x, x_hat, spec, dim=-1, *, signs=None, rotated=False):
+    def __call__(self, layer, role, x, x_hat, spec, dim=-1, *, signs=None, rotated=False):
         for key, v in stats(x, x_hat, spec, dim, signs=signs, rotated=rotated).items():
-            self.sums[(role, key)] = self.sums.get((role, key), 0.0) + v
-        self.counts[role] = self.counts.get(role, 0) + 1
+            for where in (layer, "all"):
+                self.sums[(where, role, key)] = self.sums.get((where, role, key), 0.0) + v
+        for where in (layer, "all"):
+            self.counts[(where, role)] = self.counts.get((where, role), 0) + 1
 
     def summary(self) -> dict:
-        """{role: {metric: mean over the calls}}; empty when nothing was recorded."""
+        """{layer: {role: {metric: mean over the calls}}} with layer "all" for every layer; empty
+        when nothing was recorded."""
         out = {}
-        for (role, key), total in self.sums.items():
-            out.setdefault(role, {})[key] = total / self.counts[role]
+        for (where, role, key), total in self.sums.items():
+            out.setdefault(where, {}).setdefault(role, {})[key] = total / self.counts[(where, role)]
         return out

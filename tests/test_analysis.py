@@ -85,9 +85,36 @@ def test_monitor_clipped_and_underflow_fractions():
     s = monitor.stats(x, quant.fake_quantize(x, fp32), fp32)
     assert s["clipped"] == 0.0 and s["underflow"] == 1 / 32
     rec = monitor.Recorder()
-    rec("fprop_x", x, quant.fake_quantize(x, e8m0), e8m0)
-    rec("fprop_x", x, quant.fake_quantize(x, fp32), fp32)
-    assert rec.summary()["fprop_x"]["clipped"] == pytest.approx(1 / 64)
+    rec("layers.0.ffn.w1", "fprop_x", x, quant.fake_quantize(x, e8m0), e8m0)
+    rec("layers.1.ffn.w1", "fprop_x", x, quant.fake_quantize(x, fp32), fp32)
+    assert rec.summary()["all"]["fprop_x"]["clipped"] == pytest.approx(1 / 64)
+    assert rec.summary()["layers.0.ffn.w1"]["fprop_x"]["clipped"] == 1 / 32
+
+
+def test_monitor_hook_in_qlinear_reports_every_role_with_direct_alpha():
+    """quant.MONITOR receives each quantized operand of a QLinear; the recorded alpha equals a
+    direct computation <x_hat, x>/|x|^2 on the operand quant.py quantized."""
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False))])
+    holder = torch.nn.Module()
+    holder.layers = layers
+    quant.convert(holder, quant.recipe_from_overrides("e2m1", sr="none", rht="none"))
+    seen, rec = {}, monitor.Recorder()
+
+    def hook(layer, role, x, x_hat, spec, dim, *, signs=None, rotated=False):
+        seen[role] = float((x_hat.double() * x.double()).sum() / (x.double() ** 2).sum())
+        rec(layer, role, x, x_hat, spec, dim, signs=signs, rotated=rotated)
+
+    x = torch.randn(32, 64, requires_grad=True)
+    quant.MONITOR = hook
+    try:
+        holder.layers[0](x).square().sum().backward()
+    finally:
+        quant.MONITOR = None
+    assert set(seen) == set(quant.ROLES)
+    summary = rec.summary()["layers.0.0"]
+    for role in quant.ROLES:
+        assert summary[role]["alpha"] == pytest.approx(seen[role], rel=1e-6)
 
 
 def test_monitor_rejects_mismatched_shapes():
