@@ -234,14 +234,21 @@ class Transformer(nn.Module):
         x_BTD = self.tok_emb(idx_BT)
         for block in self.layers:
             x_BTD = block(x_BTD, cos_TE, sin_TE)
-        logits_BTV = self.lm_head(self.norm(x_BTD))
+        logits_BTV, loss = self.head(x_BTD, targets_BT)
         if targets_BT is None:
             return logits_BTV, None
-        loss = F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten(), ignore_index=-1)
         aux = [b.ffn.aux_loss for b in self.layers if getattr(b.ffn, 'aux_loss', None) is not None]
         if aux:
             loss = loss + sum(aux)
         return logits_BTV, loss
+
+    def head(self, x_BTD, targets_BT=None):
+        """Final norm, LM head and cross-entropy (fp32 logits), apart so that it can be compiled
+        on its own when each block is compiled separately."""
+        logits_BTV = self.lm_head(self.norm(x_BTD))
+        if targets_BT is None:
+            return logits_BTV, None
+        return logits_BTV, F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten(), ignore_index=-1)
 
     def num_params(self, exclude_embedding: bool = True, active: bool = False) -> int:
         """Parameter count; the input embedding is left out by default (it does no matmul).

@@ -4,7 +4,7 @@
         --recipes bf16,ufp4,e2m1,nvfp4,mxfp4,ufp4-nv --baseline --out bench/results/train.json
 
 For each recipe a fresh model (fp32 master weights, bf16 autocast, fused AdamW, each transformer
-block compiled) runs `--warmup` steps, then `--steps` timed steps on random tokens. Printed per
+LM head + loss compiled apart, or the whole model) runs `--warmup` steps, then `--steps` timed steps on random tokens. Printed per
 recipe: step time, ratio to the bf16 step measured in this run, tokens/s, MFU (model.flops_per_token
 over 989 TFLOP/s dense bf16) and peak memory. `--baseline` adds the NVFP4 recipe through the
 plain-PyTorch reference quantizer of quant.py (no Triton), eager and compiled: the fake-quant a
@@ -41,6 +41,7 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     if compile_blocks and args.compile == "block":
         for block in m.layers:
             block.compile()
+        m.head = torch.compile(m.head)
     elif compile_blocks and args.compile == "full":
         m.compile()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
