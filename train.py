@@ -3,33 +3,46 @@ Train a nanofp4 model. One script, read top to bottom: config -> distributed ini
 model -> quantization -> parallelize -> optimizer -> compile -> loop.
 
     python train.py configs/tiny.toml [--section.key=value ...]    # e.g. --quant.recipe=ufp4
-    torchrun --nproc_per_node=8 train.py configs/dense-1.5b.toml
+    torchrun --nproc_per_node=8 train.py configs/dense-1.5b.toml    # FSDP2 over 8 GPUs
     python train.py configs/tiny.toml --sample                     # text from the run's checkpoint
+    python train.py configs/tiny.toml --export                     # sharded checkpoint -> ckpt.pt
 
 Config: TOML sections [model] [data] [train] [optim] [quant] [log] [sample], one flat dataclass
 each (below); `--section.key=value` overrides are type-checked against the field. [model] takes
 `preset` (model.PRESETS) and any ModelConfig field; [quant] takes `recipe` (quant.RECIPES), and any
 other [quant] key but `backend` goes, as a string, to quant.recipe_from_overrides.
 
+Parallelism (train.parallel): 'fsdp' shards weights, gradients and optimizer states over the
+ranks (FSDP2: fully_shard per transformer block and on the root; bf16 copies of the block weights
+are gathered for compute, gradients are reduced in fp32), 'ddp' keeps a whole copy per rank, 'none'
+is one process; 'auto' is fsdp when torchrun starts more than one. Every mode runs the same code:
+the model is built on the meta device, sharded (or not), then allocated and initialized.
+
 The run directory (log.out_dir) holds config.json (resolved config, git commit, package versions),
-log.jsonl (a record per step) and ckpt.pt (model, optimizer, step, config, RNG states; written to
-a temporary file, then renamed). A batch is a set of random windows drawn by a numpy Generator
-seeded with (seed, step, micro-step, rank): the data position is just the step, so a resumed run
-repeats an uninterrupted one bit for bit (on the CPU). train.resume: 'auto' continues from the run
-directory's checkpoint if there is one, 'true' requires one, 'false' starts afresh.
+log.jsonl (a record per step) and the checkpoint: ckpt.pt, one file (model, optimizer, step,
+config) written by a single process, or, for fsdp/ddp, a sharded checkpoint ckpt-<step>/ written by
+every rank (torch.distributed.checkpoint) and committed by ckpt.json (step, config, directory).
+Both are written under a temporary name, then renamed; either loads at any world size, and
+`--export` turns the sharded one into ckpt.pt. Randomness is a function of the seed and the
+position: the micro-batch with index i = micro-step * world + rank of a step draws its windows (a
+numpy Generator) and its stochastic rounding (torch's generators, reseeded) from (seed, step, i).
+So a resumed run repeats an uninterrupted one bit for bit (on the CPU), and world size x grad_accum
+can be traded without changing the batch. train.resume: 'auto' continues from the run
+directory's newest checkpoint if there is one, 'true' requires one, 'false' starts afresh.
 train.stop_after = N ends this invocation after N steps with a checkpoint (for job time limits).
 A non-finite loss or gradient norm stops the run before the optimizer step: the weights never see
 it, and the checkpoint on disk stays the last good one.
 """
 import dataclasses
 import difflib
+import functools
 import json
 import logging
 import math
 import os
 import platform
-import random
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -42,6 +55,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.utils.checkpoint
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -75,6 +94,8 @@ class TrainConfig:
     device: str = 'auto'  # auto (cuda if available) | cpu | cuda
     dtype: str = 'auto'  # autocast: auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32
     compile: bool = False
+    parallel: str = 'auto'  # auto (fsdp with more than one process, else none) | fsdp | ddp | none
+    activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
     eval_interval: int = 50
     ckpt_interval: int = 0  # 0: a checkpoint at the end only
     resume: str = 'auto'  # auto | true | false
@@ -129,8 +150,9 @@ class Config:
 
 CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfloat16', 'float32'),
            'train.resume': ('auto', 'true', 'false'), 'optim.schedule': ('cosine', 'wsd'),
+           'train.parallel': ('auto', 'fsdp', 'ddp', 'none'),
            'quant.backend': ('auto', 'torch', 'triton')}
-USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample]'
+USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample | --export]'
 
 
 def scalar_fields(cls) -> dict:
@@ -287,18 +309,55 @@ def resolve(cfg: Config):
 
 def build_model(mcfg: ModelConfig, recipe, device):
     """The Transformer (fp32 master weights) with its block linears and routed experts (MoE)
-    converted under the recipe."""
+    converted under the recipe. On the meta device nothing is allocated (see parallelize)."""
     with device:
         model = Transformer(mcfg)
     return moe.convert_experts(quant.convert(model, recipe), recipe)
 
 
-def parallelize(model, cfg: Config, device):
-    """Data parallelism over the process group (DDP); a group of one trains the model as it is.
-    Built before the optimizer, because a sharding wrapper replaces the parameters."""
-    if dist.get_world_size() == 1:
-        return model
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
+def parallel_mode(c: TrainConfig, world: int) -> str:
+    mode = c.parallel if c.parallel != 'auto' else 'fsdp' if world > 1 else 'none'
+    if mode == 'none' and world > 1:
+        raise SystemExit(f'train.parallel=none is one process, but {world} were started; use fsdp or ddp')
+    return mode
+
+
+def parallelize(model, cfg: Config, mode: str, device, bf16: bool):
+    """Shard (fsdp) or replicate (ddp) a model built on the meta device, then allocate and
+    initialize its weights: after sharding, so no rank ever holds all of them. Returns the module
+    to call and the one that holds the parameters (the same but for DDP's wrapper)."""
+    if cfg.train.activation_checkpointing:  # the blocks' own forward, so parameter names are unchanged
+        for block in model.layers:
+            block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
+    if mode == 'fsdp':
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        # Blocks gather bf16 copies of their weights (fp32 without bf16 autocast) and reduce the
+        # gradients in fp32. Block inputs are not cast and the embedding keeps fp32 weights, so the
+        # residual stream stays fp32 as in one process; norm and MoE router weights are rounded to
+        # bf16 (their arithmetic stays fp32).
+        low = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None,
+                                   reduce_dtype=torch.float32, cast_forward_inputs=False)
+        for block in model.layers:
+            fully_shard(block, mesh=mesh, mp_policy=low)
+        fully_shard(model.tok_emb, mesh=mesh, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
+        fully_shard(model, mesh=mesh, mp_policy=low)
+    model.to_empty(device=device)
+    model.init_weights()  # every parameter and buffer (RoPE tables, MoE expert bias)
+    if mode == 'ddp':  # DDP copies rank 0's weights to the others
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None), model
+    return model, model
+
+
+def grad_sync(model, sync: bool):
+    """Gradient accumulation: reduce the gradients on the last micro-step only."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(sync)
+    return model.no_sync() if isinstance(model, DistributedDataParallel) and not sync else nullcontext()
+
+
+def seed_torch(key: list[int]):
+    """Reseed torch's generators (CPU and CUDA; stochastic rounding draws from them) from a key."""
+    torch.manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
 
 
 def make_optimizer(model, o: OptimConfig):
@@ -328,35 +387,82 @@ def autocast_for(cfg: Config, device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16), 'bfloat16' if bf16 else 'float32'
 
 
+# ----------------------------------------------------------------------------- checkpoints
 def save_checkpoint(path: Path, model, opt, step: int, cfg: Config):
-    """Write path.tmp, then rename it: the old checkpoint stays whole until the new one is."""
+    """One file, by one process: write path.tmp, then rename it (the old file stays whole until
+    the new one is). The optimizer state is keyed by parameter name (get_state_dict)."""
     if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
         raise RuntimeError(f'step {step}: refusing to write a checkpoint with non-finite weights')
-    rng = {'python': random.getstate(), 'numpy': np.random.get_state(), 'torch': torch.get_rng_state(),
-           'cuda': torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+    model_sd, optim_sd = get_state_dict(model, opt)
     tmp = path.with_name(path.name + '.tmp')
-    torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict(), 'step': step,
-                'config': asdict(cfg), 'rng': rng}, tmp)
+    torch.save({'model': model_sd, 'optimizer': optim_sd, 'step': step, 'config': asdict(cfg)}, tmp)
     os.replace(tmp, path)
 
 
-def resume(path: Path, cfg: Config, model, opt, device) -> int:
-    """Load the checkpoint at `path` into the model, optimizer and RNGs; return its step."""
-    ckpt = torch.load(path, map_location=device, weights_only=False)  # our own file: it holds RNG states
+def save_sharded(run_dir: Path, model, opt, step: int, cfg: Config):
+    """Every rank writes its shards to run_dir/ckpt-<step>/ (torch.distributed.checkpoint); then
+    rank 0 commits: it renames ckpt.json.tmp to ckpt.json, which names the new directory, and
+    removes the older ones. A run stopped while saving keeps the previous ckpt.json and directory."""
+    bad = sum((~torch.isfinite(p.to_local() if isinstance(p, DTensor) else p)).sum() for p in model.parameters())
+    dist.all_reduce(bad)
+    if bad.item():
+        raise RuntimeError(f'step {step}: refusing to write a checkpoint with non-finite weights')
+    name, rank0 = f'ckpt-{step:07d}', dist.get_rank() == 0
+    if rank0:
+        shutil.rmtree(run_dir / name, ignore_errors=True)  # a half-written one from a stopped run
+    dist.barrier()
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.save({'model': model_sd, 'optimizer': optim_sd}, checkpoint_id=run_dir / name)
+    if rank0:  # dcp.save returns on rank 0 after every rank's shards and the metadata are written
+        side = {'step': step, 'dir': name, 'world_size': dist.get_world_size(), 'config': asdict(cfg)}
+        (run_dir / 'ckpt.json.tmp').write_text(json.dumps(side, indent=1) + '\n')
+        os.replace(run_dir / 'ckpt.json.tmp', run_dir / 'ckpt.json')
+        for old in run_dir.glob('ckpt-*'):
+            if old.name != name:
+                shutil.rmtree(old)
+    dist.barrier()
+
+
+def find_checkpoint(run_dir: Path, file_first=False):
+    """(step, config dict, path) of the run directory's newest checkpoint, or None: ckpt.pt or
+    the sharded one that ckpt.json names (on a tie, as after --export, the sharded one unless
+    file_first: every rank would read all of ckpt.pt)."""
+    found = []
+    if (run_dir / 'ckpt.json').is_file():
+        side = json.loads((run_dir / 'ckpt.json').read_text())
+        found.append((side['step'], side['config'], run_dir / side['dir']))
+    if (run_dir / 'ckpt.pt').is_file():  # mmap: only the step and the config are read here
+        ckpt = torch.load(run_dir / 'ckpt.pt', map_location='cpu', mmap=True, weights_only=True)
+        found.append((ckpt['step'], ckpt['config'], run_dir / 'ckpt.pt'))
+    return max(found, key=lambda f: (f[0], (f[2].suffix == '.pt') == file_first)) if found else None
+
+
+def check_same_model(path: Path, saved: dict, cfg: Config):
     for section in ('model', 'quant'):  # a run directory holds one model trained under one recipe
-        old, new = ({k: v for k, v in c[section].items() if k != 'backend'} for c in (ckpt['config'], asdict(cfg)))
+        old, new = ({k: v for k, v in c[section].items() if k != 'backend'} for c in (saved, asdict(cfg)))
         if old != new:
             raise SystemExit(f'{path} was trained with [{section}] {old}, not {new}; pick another '
                              '--log.out_dir, or --train.resume=false to start afresh there')
-    model.load_state_dict(ckpt['model'])
-    opt.load_state_dict(ckpt['optimizer'])
-    rng = ckpt['rng']
-    random.setstate(rng['python'])
-    np.random.set_state(rng['numpy'])
-    torch.set_rng_state(rng['torch'].cpu())
-    if rng['cuda'] is not None and device.type == 'cuda':
-        torch.cuda.set_rng_state(rng['cuda'].cpu())
-    return ckpt['step']
+
+
+def load_checkpoint(path: Path, model, opt):
+    """Load either kind of checkpoint into a model and optimizer sharded any way: get_state_dict
+    gives this rank's part (its shards under FSDP), and the loader fills it from the saved file or
+    from whichever saved shards overlap it, so the world size may differ from the saving run's."""
+    if path.suffix == '.pt':
+        ckpt = torch.load(path, map_location='cpu', weights_only=True)
+        set_state_dict(model, opt, model_state_dict=ckpt['model'], optim_state_dict=ckpt['optimizer'],
+                       options=StateDictOptions(full_state_dict=True))
+        return
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.load({'model': model_sd, 'optimizer': optim_sd}, checkpoint_id=path)
+    set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd)
+
+
+def saved_config(cfg: Config, saved: dict) -> Config:
+    """The config a checkpoint was trained with ([sample] from the command line)."""
+    sections = {f.name: type(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    return Config(**{k: sections[k](**v) for k, v in saved.items() if k != 'sample'}, sample=cfg.sample)
 
 
 @torch.no_grad()
@@ -377,41 +483,50 @@ def evaluate(model, val: list, cfg: Config, rank: int, seq_len: int, device, aut
 def train(cfg: Config, rank: int, world: int, device):
     log = tqdm.write if rank == 0 else (lambda msg: None)
     c, o, run_dir = cfg.train, cfg.optim, Path(cfg.log.out_dir)
-    ckpt_path, jsonl_path = run_dir / 'ckpt.pt', run_dir / 'log.jsonl'
-    if c.resume == 'true' and not ckpt_path.is_file():
-        raise SystemExit(f'train.resume=true but there is no checkpoint at {ckpt_path}')
+    mode, jsonl_path = parallel_mode(c, world), run_dir / 'log.jsonl'
+    ckpt_file = 'ckpt.pt' if mode == 'none' else 'ckpt.json'  # the sharded one: ckpt.json names it
+    found = find_checkpoint(run_dir) if c.resume != 'false' else None
+    if c.resume == 'true' and found is None:
+        raise SystemExit(f'train.resume=true but there is no checkpoint in {run_dir}')
 
     mcfg, recipe = resolve(cfg)
     seq_len, (autocast, autocast_dtype) = mcfg.seq_len, autocast_for(cfg, device)
     quant.set_backend(cfg.quant.backend)
+    if found:
+        check_same_model(found[2], found[1], cfg)
 
     # data: windows of the model's context
     data = load_data(cfg.data.dir, seq_len, mcfg.vocab_size)
     tokens_per_step = cfg.data.batch_size * seq_len * cfg.data.grad_accum * world
 
-    # model and quantization: the same initial weights on every rank
-    torch.manual_seed(c.seed)
-    raw_model = build_model(mcfg, recipe, device)
-    flops_per_step = raw_model.flops_per_token(seq_len) * tokens_per_step
+    # model and quantization, on the meta device: shapes only
+    raw_model = build_model(mcfg, recipe, torch.device('meta'))
+    flops_per_step, n_params = raw_model.flops_per_token(seq_len) * tokens_per_step, raw_model.num_params()
 
-    # data parallelism, optimizer, compile
-    model = parallelize(raw_model, cfg, device)
+    # sharding, weights, optimizer, compile. One seed everywhere: DTensor's RNG tracker (CUDA) gives
+    # each shard its part of one draw. The CPU has none, so there each rank takes its own seed.
+    torch.manual_seed(c.seed + (rank if mode == 'fsdp' and device.type == 'cpu' else 0))
+    model, raw_model = parallelize(raw_model, cfg, mode, device, autocast_dtype == 'bfloat16')
     opt = make_optimizer(raw_model, o)
     forward = torch.compile(model) if c.compile else model
 
     # resume; record what runs
-    start = resume(ckpt_path, cfg, raw_model, opt, device) if c.resume != 'false' and ckpt_path.is_file() else 0
+    start = 0
+    if found:
+        load_checkpoint(found[2], raw_model, opt)
+        start = found[0]
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         kept = [line for line in jsonl_path.read_text().splitlines()
                 if json.loads(line)['step'] <= start] if start and jsonl_path.is_file() else []
         jsonl_path.write_text(''.join(line + '\n' for line in kept))  # drop steps after the checkpoint
-        info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe),
+        info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe), 'parallel': mode,
                 'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
-    log(f'{f"resumed at step {start}" if start else "new run"} in {run_dir} | {world} x {device} | '
-        f'autocast {autocast_dtype} | compile {c.compile} | {raw_model.num_params() / 1e6:.2f}M params '
-        f'(without the embedding) | {tokens_per_step:,} tokens/step')
+    log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
+        f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile} | activation checkpointing '
+        f'{c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the embedding) | '
+        f'{tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
 
     last, recent = min(c.max_steps, start + c.stop_after) if c.stop_after else c.max_steps, []
@@ -425,19 +540,21 @@ def train(cfg: Config, rank: int, world: int, device):
             moe.resample_rht(raw_model, step)
         loss_sum = torch.zeros((), device=device)
         for micro in range(cfg.data.grad_accum):
-            x, y = get_batch(data['train'], [c.seed, 0, step, micro, rank], cfg.data.batch_size, seq_len, device)
-            sync = micro == cfg.data.grad_accum - 1 or not isinstance(model, DistributedDataParallel)
-            with nullcontext() if sync else model.no_sync():  # DDP all-reduces on the last micro-step
+            i = micro * world + rank  # this micro-batch's index in the step's global batch
+            x, y = get_batch(data['train'], [c.seed, 0, step, i], cfg.data.batch_size, seq_len, device)
+            seed_torch([c.seed, 2, step, i])
+            with grad_sync(model, micro == cfg.data.grad_accum - 1):
                 with autocast:
                     _, loss = forward(x, y)
                 (loss / cfg.data.grad_accum).backward()
             loss_sum += loss.detach().float()
         norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), o.grad_clip if o.grad_clip > 0 else math.inf)
+        norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
         dist.all_reduce(loss_sum)  # gradients are averaged already; the loss is, for the log
         loss_v, norm_v = loss_sum.item() / (cfg.data.grad_accum * world), norm.item()
         if not (math.isfinite(loss_v) and math.isfinite(norm_v)):
             raise SystemExit(f'step {step + 1}: non-finite loss {loss_v} or grad norm {norm_v}; stopped before '
-                             f'the update. The last good checkpoint is {ckpt_path} (if written); lower '
+                             f'the update. The last good checkpoint is {run_dir / ckpt_file} (if written); lower '
                              '--optim.lr, raise --optim.warmup_steps or check the data and the recipe')
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -459,28 +576,54 @@ def train(cfg: Config, rank: int, world: int, device):
         if rank == 0:
             with open(jsonl_path, 'a') as f:
                 f.write(json.dumps(rec) + '\n')
-            if (c.ckpt_interval and done % c.ckpt_interval == 0) or done == last:
-                save_checkpoint(ckpt_path, raw_model, opt, done, cfg)
+        if (c.ckpt_interval and done % c.ckpt_interval == 0) or done == last:
+            if mode == 'none':
+                save_checkpoint(run_dir / 'ckpt.pt', raw_model, opt, done, cfg)
+            else:
+                save_sharded(run_dir, raw_model, opt, done, cfg)
     if start >= last:
         log(f'nothing to do: the checkpoint is at step {start} of max_steps={c.max_steps}')
 
 
+def export(cfg: Config, world: int):
+    """Write the run directory's newest checkpoint as one file, ckpt.pt, in one process on the CPU
+    (the model and optimizer are built whole, then filled from the shards): for --sample, for
+    reading the weights with plain torch.load, and for continuing with train.parallel=none."""
+    run_dir = Path(cfg.log.out_dir)
+    found = find_checkpoint(run_dir)
+    if world > 1 or found is None:
+        raise SystemExit(f'export: run it in one process, on a run directory with a checkpoint ({run_dir})')
+    step, saved, path = found
+    if path.suffix == '.pt':
+        return print(f'{path} (step {step}) is already the newest checkpoint, as one file')
+    saved_cfg = saved_config(cfg, saved)
+    model = build_model(*resolve(saved_cfg), torch.device('cpu'))
+    opt = make_optimizer(model, saved_cfg.optim)
+    load_checkpoint(path, model, opt)
+    save_checkpoint(run_dir / 'ckpt.pt', model, opt, step, saved_cfg)
+    print(f'{path} (step {step}, saved by {json.loads((run_dir / "ckpt.json").read_text())["world_size"]} '
+          f'ranks) -> {run_dir / "ckpt.pt"}')
+
+
 def sample(cfg: Config):
     """Print text generated by the run directory's checkpoint (its own model and recipe)."""
-    ckpt_path = Path(cfg.log.out_dir) / 'ckpt.pt'
-    if not ckpt_path.is_file():
-        raise SystemExit(f'sample: no checkpoint at {ckpt_path}; train first, or point --log.out_dir at a run')
+    run_dir = Path(cfg.log.out_dir)
+    found = find_checkpoint(run_dir, file_first=True)
+    if found is None:
+        raise SystemExit(f'sample: no checkpoint in {run_dir}; train first, or point --log.out_dir at a run')
+    if found[2].suffix != '.pt':
+        raise SystemExit(f'sample: the newest checkpoint in {run_dir} is sharded ({found[2].name}); write it '
+                         f'as one file first: python train.py CONFIG --export --log.out_dir={run_dir}')
     device = torch.device('cuda' if cfg.train.device != 'cpu' and torch.cuda.is_available() else 'cpu')
-    ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
-    saved = dataclasses.replace(cfg, model=ModelSection(**ckpt['config']['model']),
-                                quant=QuantSection(**ckpt['config']['quant']))
+    ckpt = torch.load(found[2], map_location=device, weights_only=True)
+    saved = saved_config(cfg, ckpt['config'])
     model = build_model(*resolve(saved), device)
     model.load_state_dict(ckpt['model'])
     model.eval()
     enc, s, autocast = get_tokenizer(), cfg.sample, autocast_for(cfg, device)[0]
     torch.manual_seed(cfg.train.seed)
     idx = torch.tensor([enc.encode(s.prompt) if s.prompt else [enc.eot_token]], device=device)
-    print(f'{ckpt_path} (step {ckpt["step"]}, recipe {saved.quant.recipe}):')
+    print(f'{found[2]} (step {ckpt["step"]}, recipe {saved.quant.recipe}):')
     for i in range(s.num_samples):
         with torch.no_grad(), autocast:
             out = model.generate(idx, s.max_new_tokens, temperature=s.temperature, top_k=s.top_k or None)
@@ -492,14 +635,14 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0].startswith('--'):
         raise SystemExit(USAGE)
-    cfg = load_config(argv[0], [a for a in argv[1:] if a != '--sample'])
+    cfg = load_config(argv[0], [a for a in argv[1:] if a not in ('--sample', '--export')])
     if '--sample' in argv:
         return sample(cfg)
-    rank, world, device = init_distributed(cfg.train.device)
+    rank, world, device = init_distributed('cpu' if '--export' in argv else cfg.train.device)
     if rank == 0:  # quant.py logs which quantizer runs (the PyTorch reference or the Triton kernels)
         logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s')
     try:
-        train(cfg, rank, world, device)
+        export(cfg, world) if '--export' in argv else train(cfg, rank, world, device)
     finally:
         dist.destroy_process_group()
 

@@ -3,8 +3,9 @@
     python bench/train_bench.py --preset dense-1.5b --batch 8 --seq 2048 \
         --recipes bf16,ufp4,e2m1,nvfp4,mxfp4,ufp4-nv --baseline --out bench/results/train.json
 
-For each recipe a fresh model (fp32 master weights, bf16 autocast, fused AdamW, each transformer
-LM head + loss compiled apart, or the whole model) runs `--warmup` steps, then `--steps` timed steps on random tokens. Printed per
+For each recipe a fresh model (fp32 master weights, bf16 autocast, fused AdamW; compiled per block
+with the LM head + loss compiled apart, or as a whole) runs `--warmup` steps, then `--steps` timed
+steps on random tokens. Printed per
 recipe: step time, ratio to the bf16 step measured in this run, tokens/s, MFU (model.flops_per_token
 over 989 TFLOP/s dense bf16) and peak memory. `--baseline` adds the NVFP4 recipe through the
 plain-PyTorch reference quantizer of quant.py (no Triton), eager and compiled: the fake-quant a
