@@ -13,25 +13,23 @@ each (below); `--section.key=value` overrides are type-checked against the field
 other [quant] key but `backend` goes, as a string, to quant.recipe_from_overrides.
 
 Parallelism (train.parallel): 'fsdp' shards weights, gradients and optimizer states over the
-ranks (FSDP2: fully_shard per transformer block and on the root; bf16 copies of the block weights
-are gathered for compute, gradients are reduced in fp32), 'ddp' keeps a whole copy per rank, 'none'
-is one process; 'auto' is fsdp when torchrun starts more than one. Every mode runs the same code:
-the model is built on the meta device, sharded (or not), then allocated and initialized.
+ranks (FSDP2, one unit per transformer block and the root), 'ddp' keeps a whole copy per rank,
+'none' is one process; 'auto' is fsdp when torchrun starts more than one. Every mode runs the same
+code: the model is built on the meta device, sharded (or not), then allocated and initialized.
 
 The run directory (log.out_dir) holds config.json (resolved config, git commit, package versions),
-log.jsonl (a record per step) and the checkpoint: ckpt.pt, one file (model, optimizer, step,
-config) written by a single process, or, for fsdp/ddp, a sharded checkpoint ckpt-<step>/ written by
-every rank (torch.distributed.checkpoint) and committed by ckpt.json (step, config, directory).
-Both are written under a temporary name, then renamed; either loads at any world size, and
-`--export` turns the sharded one into ckpt.pt. Randomness is a function of the seed and the
-position: the micro-batch with index i = micro-step * world + rank of a step draws its windows (a
-numpy Generator) and its stochastic rounding (torch's generators, reseeded) from (seed, step, i).
-So a resumed run repeats an uninterrupted one bit for bit (on the CPU), and world size x grad_accum
-can be traded without changing the batch. train.resume: 'auto' continues from the run
-directory's newest checkpoint if there is one, 'true' requires one, 'false' starts afresh.
-train.stop_after = N ends this invocation after N steps with a checkpoint (for job time limits).
-A non-finite loss or gradient norm stops the run before the optimizer step: the weights never see
-it, and the checkpoint on disk stays the last good one.
+log.jsonl (a record per step) and the checkpoint: ckpt.pt, one file written by one process (model,
+optimizer, step, config), or for fsdp/ddp ckpt-<step>/, written by every rank with
+torch.distributed.checkpoint and committed by ckpt.json (step, config, directory). Files are written
+under a temporary name, then renamed. Either kind loads at any world size; --export turns the
+sharded one into ckpt.pt. Randomness follows the seed and the position: micro-batch i = micro-step *
+world + rank of a step draws its windows (numpy) and its stochastic rounding (torch's generators,
+reseeded) from (seed, step, i). So a resumed run repeats an uninterrupted one bit for bit (on the
+CPU), and world size and grad_accum can be traded without changing the batch. train.resume: 'auto'
+continues from the run directory's newest checkpoint if there is one, 'true' requires one, 'false'
+starts afresh. train.stop_after = N ends this invocation after N steps with a checkpoint (for job
+time limits). A non-finite loss or gradient norm stops the run before the optimizer step: the
+weights never see it, and the checkpoint on disk stays the last good one.
 """
 import dataclasses
 import difflib
