@@ -124,6 +124,8 @@ class QuantSection:
 @dataclass
 class LogConfig:
     out_dir: str = 'runs/tiny'
+    quant_stats_interval: int = 0  # every N steps (0: never) log alpha, NMSE, clipped and underflow
+                                   # fractions per layer and operand role (that step runs eagerly)
 
 
 @dataclass
@@ -537,15 +539,20 @@ def train(cfg: Config, rank: int, world: int, device):
             quant.resample_rht(raw_model, step)
             moe.resample_rht(raw_model, step)
         loss_sum = torch.zeros((), device=device)
+        monitor = None
+        if cfg.log.quant_stats_interval and (step + 1) % cfg.log.quant_stats_interval == 0:
+            from analysis.monitor import Recorder  # statistics of every quantized operand (quant.MONITOR)
+            monitor = quant.MONITOR = Recorder()
         for micro in range(cfg.data.grad_accum):
             i = micro * world + rank  # this micro-batch's index in the step's global batch
             x, y = get_batch(data['train'], [c.seed, 0, step, i], cfg.data.batch_size, seq_len, device)
             seed_torch([c.seed, 2, step, i])
             with grad_sync(model, micro == cfg.data.grad_accum - 1):
                 with autocast:
-                    _, loss = forward(x, y)
+                    _, loss = (model if monitor else forward)(x, y)
                 (loss / cfg.data.grad_accum).backward()
             loss_sum += loss.detach().float()
+        quant.MONITOR = None
         norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), o.grad_clip if o.grad_clip > 0 else math.inf)
         norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
         dist.all_reduce(loss_sum)  # gradients are averaged already; the loss is, for the log
@@ -565,6 +572,8 @@ def train(cfg: Config, rank: int, world: int, device):
                'mem_gb': torch.cuda.max_memory_allocated(device) / 1e9 if device.type == 'cuda'
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,  # peak; Linux: KiB
                **moe_stats}
+        if monitor is not None:
+            rec['quant'] = monitor.summary()
         if done % c.eval_interval == 0 or done == c.max_steps:
             rec['val_loss'] = evaluate(forward, data['val'], cfg, rank, seq_len, device, autocast)
             log(f'step {done:6d}/{c.max_steps} | loss {np.mean(recent):.4f} | val {rec["val_loss"]:.4f} | '

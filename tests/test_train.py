@@ -259,3 +259,16 @@ def test_sample(runs, capsys):
                 '--sample.num_samples=2', '--sample.max_new_tokens=8', '--sample.prompt=a'])
     out = capsys.readouterr().out
     assert 'step 30' in out and out.count('--- sample') == 2
+
+
+def test_quant_monitor_in_the_log(data_dir, tmp_path):
+    """--log.quant_stats_interval=N adds per-layer, per-role statistics to every Nth JSONL record."""
+    train.main(args(data_dir, tmp_path, '--train.max_steps=4', '--quant.recipe=e2m1', '--model.n_layer=1',
+                    '--log.quant_stats_interval=2'))
+    recs = records(tmp_path)
+    assert ['quant' in r for r in recs] == [False, True, False, True]
+    stats = recs[1]['quant']
+    assert set(stats['all']) == {'fprop_x', 'fprop_w', 'dgrad_dy', 'dgrad_w', 'wgrad_dy', 'wgrad_x'}
+    assert 'layers.0.ffn.w2' in stats and 'layers.0.attn.wq' in stats
+    for role in stats['all'].values():
+        assert 0.8 < role['alpha'] < 1.1 and 0 < role['nmse'] < 0.1 and 0 <= role['underflow'] < 1
