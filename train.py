@@ -92,7 +92,7 @@ class TrainConfig:
     device: str = 'auto'  # auto (cuda if available) | cpu | cuda
     dtype: str = 'auto'  # autocast: auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32
     compile: bool = False
-    parallel: str = 'auto'  # auto (fsdp with more than one process, else none) | fsdp | ddp | none
+    parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
     eval_interval: int = 50
     ckpt_interval: int = 0  # 0: a checkpoint at the end only
@@ -316,7 +316,8 @@ def build_model(mcfg: ModelConfig, recipe, device):
 
 
 def parallel_mode(c: TrainConfig, world: int) -> str:
-    mode = c.parallel if c.parallel != 'auto' else 'fsdp' if world > 1 else 'none'
+    torchrun = 'TORCHELASTIC_RUN_ID' in os.environ  # launched by torchrun, even with one process
+    mode = c.parallel if c.parallel != 'auto' else 'fsdp' if world > 1 or torchrun else 'none'
     if mode == 'none' and world > 1:
         raise SystemExit(f'train.parallel=none is one process, but {world} were started; use fsdp or ddp')
     return mode

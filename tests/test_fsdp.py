@@ -202,6 +202,11 @@ def test_meta_init_covers_every_parameter_and_buffer():
 def test_parallel_mode():
     c = train.TrainConfig()
     assert train.parallel_mode(c, 1) == 'none' and train.parallel_mode(c, 4) == 'fsdp'
+    os.environ['TORCHELASTIC_RUN_ID'] = 'test'  # torchrun with one process: FSDP2 too
+    try:
+        assert train.parallel_mode(c, 1) == 'fsdp'
+    finally:
+        del os.environ['TORCHELASTIC_RUN_ID']
     c.parallel = 'fsdp'
     assert train.parallel_mode(c, 1) == 'fsdp'
     c.parallel = 'none'
