@@ -114,25 +114,23 @@ def _gmm_wgrad(dy_MN, x_MK, offs_E):
     return torch.stack([dy_MN[s:e].t() @ x_MK[s:e] for s, e in _bounds(offs_E)])
 
 
-def _fake_quantize(t, spec, dim, seed, signs, keep_rotated, offs_E):
-    """quant.fake_quantize of an [E, N, K] weight or an [M, ·] buffer, each expert's slice on its own."""
+def _fake_quantize(t, spec, dim, signs, keep_rotated, offs_E):
+    """quant.fake_quantize of an [E, N, K] weight or an [M, ·] buffer, each expert's slice on its own.
+    SR draws from torch's global generators, as in quant._gemm_operands."""
     if spec.scale != "e4m3" and not spec.block_2d:  # every block lies inside one expert: one call
-        return quant.fake_quantize(t, spec, dim, seed=seed, signs=signs, keep_rotated=keep_rotated)
+        return quant.fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
     parts = t.unbind(0) if t.dim() == 3 else [t[s:e] for s, e in _bounds(offs_E)]
     dim = dim - 1 if t.dim() == 3 and dim > 0 else dim
-    out = [p if p.numel() == 0 else quant.fake_quantize(
-        p, spec, dim, seed=None if seed is None else seed + i, signs=signs, keep_rotated=keep_rotated)
-        for i, p in enumerate(parts)]
+    out = [p if p.numel() == 0 else quant.fake_quantize(p, spec, dim, signs=signs, keep_rotated=keep_rotated)
+           for p in parts]
     return torch.stack(out) if t.dim() == 3 else torch.cat(out)
 
 
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, offs_E):
-    """quant._gemm_operands for grouped GEMMs: the same keep_rotated rule and SR seeds."""
+    """quant._gemm_operands for grouped GEMMs: the same keep_rotated rule."""
     both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
-    seeds = [int(torch.randint(2**31 - 1, ())) if s is not None and s.rounding == "sr" else None
-             for s in (spec_a, spec_b)]
-    return [t if s is None else _fake_quantize(t, s, d, seed, signs, both, offs_E)
-            for t, s, d, seed in ((a, spec_a, dim_a, seeds[0]), (b, spec_b, dim_b, seeds[1]))]
+    return [t if s is None else _fake_quantize(t, s, d, signs, both, offs_E)
+            for t, s, d in ((a, spec_a, dim_a), (b, spec_b, dim_b))]
 
 
 class _GroupedLinearFn(torch.autograd.Function):
