@@ -1,4 +1,5 @@
-"""Scaling-law sweeps: a ladder of model sizes, each trained under several recipes at one budget.
+"""Sweeps: a ladder of model sizes under several recipes at one budget (scaling laws), or a named
+study (a fixed list of recipe/ablation runs of one model), run one after another or in parallel.
 
     python -m analysis.sweep --ladder gpu-ladder --recipes bf16,ufp4,e2m1 --out runs/sweep --dry-run
     python -m analysis.sweep --ladder gpu-ladder --recipes bf16,ufp4,e2m1 --out runs/sweep --tokens-per-param 4
@@ -6,6 +7,16 @@
         --tokens-per-param 0.5 --set data.dir=/tmp/data --set model.vocab_size=128
     python -m analysis.compare /tmp/sweep/*/ --baseline /tmp/sweep/*-bf16-*/ --last 20
     python -m analysis.scaling_fit /tmp/sweep
+    python -m analysis.sweep --study recipes-small,recipes-moe-small --out runs/science --gpus 0,1 \\
+        --jobs 4 --set data.dir=data/registry-mix --set train.compile=false
+
+Parallel runs. With --gpus, runs start as soon as a slot is free: --jobs runs at a time on each GPU
+(CUDA_VISIBLE_DEVICES), the most compute first. Small models leave an H200 mostly idle, so several runs on one
+GPU finish sooner than the same runs one after another.
+
+Studies (STUDIES) fix the model config, the step budget and a list of runs: a recipe, its quant
+overrides (the ablations of RECIPES.md §8) and its seeds; every run of a study sees the same data
+and schedule, so analysis.compare reads them against the bf16 runs of the same seed.
 
 Budget. A rung of N parameters (model.num_params(): every matmul weight, LM head included, input
 embedding excluded) trains on D = tokens_per_param × N tokens (Chinchilla's compute-optimal ratio
@@ -26,8 +37,10 @@ one yet and train.py cannot set ModelConfig.moe from the command line, so the la
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,13 +65,41 @@ LADDERS = {
     "tiny-ladder": {"config": "configs/tiny.toml", "rungs": {
         "t32": rung(1, 32, 2, 64, 32),
         "t64": rung(2, 64, 4, 128, 32)}},
-    # one GPU, bf16 autocast; N = 15.8M, 29.0M, 49.3M, 86.7M, 142M; lr ~ 1e-3 · 512 / d_model
+    # one GPU, bf16 autocast; N = 10.8M, 15.8M, 29.0M, 49.3M, 86.7M, 142M; lr ~ 1e-3 · 512 / d_model
     "gpu-ladder": {"config": "configs/small.toml", "rungs": {
+        "d192": rung(3, 192, 3, 512, 1024, 2.5e-3),
         "d256": rung(4, 256, 4, 704, 1024, 2e-3),
         "d384": rung(6, 384, 6, 1024, 1024, 1.3e-3),
         "d512": rung(8, 512, 8, 1408, 1024, 1e-3),
         "d640": rung(12, 640, 10, 1728, 1024, 8e-4),
         "d768": rung(16, 768, 12, 2048, 1024, 6.7e-4)}},
+}
+
+
+# The paper's comparisons at one GPU's scale (issue: the science). Each run: name -> (recipe, quant
+# overrides, seeds); "ufp4" is the ablation's full-RHT + SR point.
+TWO_SEEDS, ONE_SEED = (1337, 1338), (1337,)
+STUDIES = {
+    "recipes-small": {"config": "configs/small.toml", "steps": 400, "runs": {
+        "bf16": ("bf16", {}, TWO_SEEDS),
+        "ufp4": ("ufp4", {}, TWO_SEEDS),
+        "e2m1": ("e2m1", {}, TWO_SEEDS),
+        "nvfp4": ("nvfp4", {}, ONE_SEED),
+        "mxfp4": ("mxfp4", {}, ONE_SEED),
+        "ufp4-nv": ("ufp4-nv", {}, ONE_SEED),
+        "ufp4-rht-none": ("ufp4", {"quant.rht": "none"}, ONE_SEED),
+        "ufp4-rht-wgrad": ("ufp4", {"quant.rht": "wgrad"}, ONE_SEED),
+        "ufp4-rht-dgrad-wgrad": ("ufp4", {"quant.rht": "dgrad,wgrad"}, ONE_SEED),
+        "ufp4-rht-fprop-wgrad": ("ufp4", {"quant.rht": "fprop,wgrad"}, ONE_SEED),
+        "ufp4-sr-none": ("ufp4", {"quant.sr": "none"}, ONE_SEED)}},
+    "recipes-moe-small": {"config": "configs/moe-small.toml", "steps": 400, "runs": {
+        "bf16": ("bf16", {}, ONE_SEED),
+        "ufp4": ("ufp4", {}, ONE_SEED),
+        "e2m1": ("e2m1", {}, ONE_SEED)}},
+    # CPU (tests): two recipes of tiny
+    "tiny-study": {"config": "configs/tiny.toml", "steps": 6, "runs": {
+        "bf16": ("bf16", {}, ONE_SEED),
+        "ufp4-sr-none": ("ufp4", {"quant.sr": "none"}, ONE_SEED)}},
 }
 
 
@@ -75,12 +116,18 @@ def size_of(config: str, overrides: dict):
     return tokens_per_step, model.num_params(), model.flops_per_token()
 
 
-def plan(ladder: str, recipes, seeds, tokens_per_param: float, user: dict, nproc: int, out: Path) -> list:
-    """Every run of the sweep: its directory, train.py arguments, N, D and C."""
+def plan(ladder: str, recipes, seeds, tokens_per_param: float, user: dict, nproc: int, out: Path,
+         rungs=None) -> list:
+    """Every run of the sweep (of the named rungs, default all): its directory, train.py arguments, N, D, C."""
     spec = LADDERS[ladder]
     config = str(ROOT / spec["config"])
+    for name in rungs or []:
+        if name not in spec["rungs"]:
+            raise SystemExit(f"--rungs: {ladder} has no rung {name!r}; valid: {', '.join(spec['rungs'])}")
     runs = []
     for name, shape in spec["rungs"].items():
+        if rungs and name not in rungs:
+            continue
         tokens_per_step, n_params, fpt = size_of(config, shape | user)
         tokens_per_step *= nproc
         steps = max(1, math.ceil(tokens_per_param * n_params / tokens_per_step))
@@ -99,6 +146,29 @@ def plan(ladder: str, recipes, seeds, tokens_per_param: float, user: dict, nproc
     return runs
 
 
+def plan_study(study: str, seeds, user: dict, nproc: int, out: Path) -> list:
+    """Every run of a named study (seeds, if given, replace each run's own)."""
+    spec = STUDIES[study]
+    config = str(ROOT / spec["config"])
+    tokens_per_step, n_params, fpt = size_of(config, user)
+    steps = spec["steps"]
+    budget = {"train.max_steps": steps, "optim.warmup_steps": max(1, round(0.05 * steps)),
+              "train.eval_interval": max(1, steps // 10), "train.ckpt_interval": 0}
+    runs = []
+    for name, (recipe, quant_overrides, run_seeds) in spec["runs"].items():
+        for seed in seeds or run_seeds:
+            run_dir = out / f"{name}-s{seed}"
+            overrides = budget | {"quant.recipe": recipe, "train.seed": seed, "log.out_dir": run_dir} | \
+                quant_overrides | user
+            cfg = train.load_config(config, as_args(overrides))
+            tokens = cfg.train.max_steps * tokens_per_step * nproc
+            runs.append({"name": run_dir.name, "rung": study, "recipe": recipe, "seed": seed, "dir": str(run_dir),
+                         "params": n_params, "flops_per_token": fpt, "steps": cfg.train.max_steps,
+                         "tokens": tokens, "compute": fpt * tokens, "config": config,
+                         "args": as_args(overrides)})
+    return runs
+
+
 def finished(run: dict) -> bool:
     log = Path(run["dir"]) / "log.jsonl"
     if not log.is_file() or not log.read_text().strip():
@@ -106,19 +176,60 @@ def finished(run: dict) -> bool:
     return json.loads(log.read_text().splitlines()[-1])["step"] >= run["steps"]
 
 
-def launch(run: dict, nproc: int):
-    """Run train.py in a subprocess; its output goes to RUN_DIR/train.out (the tail is shown on failure)."""
+def launch(run: dict, nproc: int, gpu=None):
+    """Run train.py in a subprocess (on one GPU if given); its output goes to RUN_DIR/train.out (the tail
+    is shown on failure)."""
     launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run",
                                                     "--standalone", f"--nproc_per_node={nproc}"]
     cmd = launcher + [str(ROOT / "train.py"), run["config"], *run["args"]]
     Path(run["dir"]).mkdir(parents=True, exist_ok=True)
     out_file = Path(run["dir"]) / "train.out"
     with open(out_file, "w") as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+        env = os.environ | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
     if proc.returncode != 0:
         tail = "\n".join(out_file.read_text().splitlines()[-15:])
         raise SystemExit(f"run {run['name']} failed (exit {proc.returncode}); its output is in {out_file}:\n"
                          f"{tail}\ncommand: {' '.join(cmd)}")
+
+
+def report(k: int, n: int, run: dict, seconds: float):
+    last = json.loads((Path(run["dir"]) / "log.jsonl").read_text().splitlines()[-1])
+    print(f"[{k}/{n}] {run['name']}: loss {last['loss']:.4f} val {last.get('val_loss', float('nan')):.4f} "
+          f"in {seconds:.0f}s", flush=True)
+
+
+def run_pool(runs: list, gpus: list, jobs: int, nproc: int):
+    """Run every run, `jobs` at a time on each GPU, longest (most compute) first; the first failure
+    stops new launches, lets the running ones finish, and is raised."""
+    slots = [g for g in gpus for _ in range(jobs)]
+    queue = sorted(runs, key=lambda r: -r["compute"])
+    lock, errors, done = threading.Lock(), [], [0]
+
+    def worker(gpu):
+        while True:
+            with lock:
+                if not queue or errors:
+                    return
+                run = queue.pop(0)
+            t0 = time.time()
+            try:
+                launch(run, nproc, gpu)
+            except SystemExit as e:
+                with lock:
+                    errors.append(e)
+                return
+            with lock:
+                done[0] += 1
+                report(done[0], len(runs), run, time.time() - t0)
+
+    threads = [threading.Thread(target=worker, args=(g,)) for g in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def parse_set(items) -> dict:
@@ -133,41 +244,65 @@ def parse_set(items) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m analysis.sweep", description=__doc__.split("\n")[0])
-    p.add_argument("--ladder", required=True, choices=list(LADDERS))
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--ladder", choices=list(LADDERS), help="model sizes x --recipes at --tokens-per-param")
+    p.add_argument("--rungs", default=None, help="comma list: train only these rungs of the ladder")
+    what.add_argument("--study", help=f"comma list of named studies (runs in OUT/<study>/): {', '.join(STUDIES)}")
     p.add_argument("--recipes", default="bf16,ufp4,e2m1", help="comma list of quant.RECIPES names")
-    p.add_argument("--seeds", default="1337", help="comma list of train.seed values")
+    p.add_argument("--seeds", default=None, help="comma list of train.seed values (ladder default: 1337; "
+                   "study default: each run's own)")
     p.add_argument("--tokens-per-param", type=float, default=20.0, help="D = this x N tokens per run")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="a train.py override for every run (repeatable), e.g. data.dir=data/registry-mix")
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run (torchrun when > 1)")
     p.add_argument("--out", type=Path, required=True, help="sweep directory (one subdirectory per run)")
+    p.add_argument("--gpus", default=None, help="comma list of GPU indices to run on in parallel, e.g. 0,1")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time on each GPU of --gpus")
     p.add_argument("--dry-run", action="store_true", help="print the plan, train nothing")
     args = p.parse_args(argv)
     if args.tokens_per_param <= 0:
         raise SystemExit(f"--tokens-per-param must be positive, got {args.tokens_per_param}")
-    recipes, seeds = args.recipes.split(","), [int(s) for s in args.seeds.split(",")]
+    if args.jobs < 1 or (args.jobs > 1 and args.gpus is None):
+        raise SystemExit(f"--jobs {args.jobs}: needs --gpus and a value >= 1, e.g. --gpus 0 --jobs 4")
+    if args.gpus is not None and args.nproc > 1:
+        raise SystemExit("--gpus runs one-GPU runs side by side; with --nproc > 1 leave --gpus out")
+    recipes = args.recipes.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([] if args.study else [1337])
     for r in recipes:
         if r not in quant.RECIPES:
             raise SystemExit(f"--recipes: unknown recipe {r!r}; valid: {', '.join(quant.RECIPES)}")
-    runs = plan(args.ladder, recipes, seeds, args.tokens_per_param, parse_set(args.set), args.nproc, args.out.resolve())
+    if args.study:
+        for name in args.study.split(","):
+            if name not in STUDIES:
+                raise SystemExit(f"--study: unknown study {name!r}; valid: {', '.join(STUDIES)}")
+        runs = [r for name in args.study.split(",")
+                for r in plan_study(name, seeds, parse_set(args.set), args.nproc, args.out.resolve() / name)]
+        manifest = {"study": args.study, "nproc": args.nproc, "runs": runs}
+    else:
+        runs = plan(args.ladder, recipes, seeds, args.tokens_per_param, parse_set(args.set), args.nproc,
+                    args.out.resolve(), args.rungs.split(",") if args.rungs else None)
+        manifest = {"ladder": args.ladder, "recipes": recipes, "seeds": seeds,
+                    "tokens_per_param": args.tokens_per_param, "nproc": args.nproc, "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
-    manifest = {"ladder": args.ladder, "recipes": recipes, "seeds": seeds,
-                "tokens_per_param": args.tokens_per_param, "nproc": args.nproc, "runs": runs}
     (args.out / "sweep.json").write_text(json.dumps(manifest, indent=1) + "\n")
     for r in runs:
         print(f"{r['name']:28s} N={r['params'] / 1e6:8.3f}M  D={r['tokens'] / 1e6:9.3f}M  steps={r['steps']:6d}  "
               f"C={r['compute']:.3e}")
     if args.dry_run:
         return runs
+    todo = []
     for k, r in enumerate(runs, 1):
         if finished(r):
             print(f"[{k}/{len(runs)}] {r['name']}: already finished")
-            continue
+        else:
+            todo.append(r)
+    if args.gpus is not None:
+        run_pool(todo, [int(g) for g in args.gpus.split(",")], args.jobs, args.nproc)
+        return runs
+    for k, r in enumerate(todo, 1):
         t0 = time.time()
         launch(r, args.nproc)
-        last = json.loads((Path(r["dir"]) / "log.jsonl").read_text().splitlines()[-1])
-        print(f"[{k}/{len(runs)}] {r['name']}: loss {last['loss']:.4f} val {last.get('val_loss', float('nan')):.4f} "
-              f"in {time.time() - t0:.0f}s")
+        report(k, len(todo), r, time.time() - t0)
     return runs
 
 

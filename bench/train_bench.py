@@ -70,6 +70,13 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     end.record()
     torch.cuda.synchronize()
     ms = start.elapsed_time(end) / args.steps
+    if args.profile:  # the GPU kernels of 3 more steps, most total time first
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.profile)
+        print(f"--- profile: {recipe} ({backend}), 3 steps\n{table}", flush=True)
     tokens = args.batch * args.seq
     res = dict(recipe=recipe, backend=backend, compiled=args.compile if compile_blocks else "none",
                step_ms=ms, tok_s=tokens / ms * 1e3,
@@ -94,6 +101,8 @@ def main():
     ap.add_argument("--compile", default="block", choices=["block", "full", "none"],
                     help="compile each transformer block (default), the whole model, or nothing")
     ap.add_argument("--baseline", action="store_true", help="also time nvfp4 through the PyTorch reference")
+    ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                    help="also print the top ROWS GPU kernels of 3 profiled steps per recipe")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():

@@ -301,3 +301,23 @@ def test_tools_read_the_sweep(tiny_sweep, tmp_path):
     analyze.main(["chain", "--ckpt", ckpt, "--depth", "4", "--width", "64", "--tokens", "64", "--out", str(tmp_path),
                   "--no-plots"])
     assert "trained: e1m2/16/fp32/rtne/rht" in json.loads((tmp_path / "chain.json").read_text())
+
+
+def test_study_runs_side_by_side(tmp_path):
+    """A named study through the parallel pool: every run trains with its recipe and quant overrides."""
+    if not (ROOT / "train.py").is_file():
+        pytest.skip("train.py is missing: the sweep trains through it")
+    data = write_dataset(tmp_path / "synthetic")
+    argv = ["--study", "tiny-study", "--out", str(tmp_path / "out"), "--gpus", "0", "--jobs", "2",
+            "--set", f"data.dir={data}", "--set", f"model.vocab_size={VOCAB}", "--set", "train.device=cpu",
+            "--set", "data.batch_size=2", "--set", "data.eval_batches=1"]
+    runs = sweep.main(argv)
+    assert [r["name"] for r in runs] == ["bf16-s1337", "ufp4-sr-none-s1337"]
+    for r in runs:
+        assert Path(r["dir"]).parent.name == "tiny-study" and sweep.finished(r)
+        cfg = json.loads((Path(r["dir"]) / "config.json").read_text())["config"]
+        assert cfg["quant"]["recipe"] == r["recipe"] and cfg["train"]["max_steps"] == 6
+    cfg = json.loads((Path(runs[1]["dir"]) / "config.json").read_text())["config"]
+    assert cfg["quant"]["overrides"] == {"sr": "none"}
+    with pytest.raises(SystemExit, match="needs --gpus"):
+        sweep.main(argv[:4] + ["--jobs", "2", "--dry-run"])
