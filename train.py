@@ -95,7 +95,7 @@ class TrainConfig:
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
     eval_interval: int = 50
-    ckpt_interval: int = 0  # 0: a checkpoint at the end only
+    ckpt_interval: int = 0  # 0: a checkpoint at the end only; -1: none at all (benchmarks)
     resume: str = 'auto'  # auto | true | false
     stop_after: int = 0  # end this invocation after this many steps; 0: run to max_steps
 
@@ -584,7 +584,7 @@ def train(cfg: Config, rank: int, world: int, device):
         if rank == 0:
             with open(jsonl_path, 'a') as f:
                 f.write(json.dumps(rec) + '\n')
-        if (c.ckpt_interval and done % c.ckpt_interval == 0) or done == last:
+        if c.ckpt_interval >= 0 and ((c.ckpt_interval and done % c.ckpt_interval == 0) or done == last):
             if mode == 'none':
                 save_checkpoint(run_dir / 'ckpt.pt', raw_model, opt, done, cfg)
             else:

@@ -272,3 +272,10 @@ def test_quant_monitor_in_the_log(data_dir, tmp_path):
     assert 'layers.0.ffn.w2' in stats and 'layers.0.attn.wq' in stats
     for role in stats['all'].values():
         assert 0.8 < role['alpha'] < 1.1 and 0 < role['nmse'] < 0.1 and 0 <= role['underflow'] < 1
+
+
+def test_no_checkpoint_with_interval_minus_one(data_dir, tmp_path):
+    """--train.ckpt_interval=-1 (benchmarks) trains and logs but writes no checkpoint."""
+    train.main(args(data_dir, tmp_path / 'run', '--train.max_steps=2', '--train.ckpt_interval=-1'))
+    assert [r['step'] for r in records(tmp_path / 'run')] == [1, 2]
+    assert not (tmp_path / 'run' / 'ckpt.pt').exists() and not (tmp_path / 'run' / 'ckpt.json').exists()
