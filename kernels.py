@@ -7,7 +7,8 @@ What one call computes, for a 2-D view [M, K] of the input with K the quantized 
      written;
   2. block amax (16 or 32 elements, or a 16x16 tile), the block scale (fp32 | e4m3 two-level | e8m0)
      and y = x / scale clamped to ±g_max;
-  3. rounding of |y| to the grid's level index: RTNE, or SR with Philox random numbers seeded per call;
+  3. rounding of |y| to the grid's level index: RTNE, or SR with 16-bit uniforms from Philox seeded per
+     call (below);
   4. outputs: packed codes (uint8, element 2i in the low nibble, code = sign<<3 | level index) with the
      stored scales, and/or the dequantized tensor q·scale (bf16 or fp32), rotated back by the inverse
      butterfly or kept in the rotated basis (the emulated GEMM path: both operands carry the same H').
@@ -36,10 +37,24 @@ fp32 -> bf16 output casts are exact/RNE; under Triton's CPU interpreter (whose b
 both are done with integer ops. Stochastic rounding is checked statistically, not bit for bit (Philox
 here, a torch.Generator in the reference).
 
+Stochastic rounding. |y| between the levels lo and lo + sp rounds up iff u * sp < |y| - lo (exact),
+with u = (k + 1/2) * 2**-16 for a random 16-bit k: each 32-bit Philox output gives two, so a group of
+16 takes 2 Philox4x32 calls (Philox is most of SR's cost; 32-bit uniforms took 4). E[u] = 1/2 exactly,
+and for p = (|y| - lo) / sp, P(up) = ceil(2**16 p - 1/2) / 2**16 is within 2**-17 of p: the expected
+rounding error is at most 2**-17 of the level gap for every |y| (and averages to zero over p). 8 random
+bits per element, as hardware SR instructions draw (Blackwell's cvt.rs), would save one more call per
+group but allow 2**-9 of a gap, and always round |y| less than gap/512 above a level down to it (a
+systematic shrink of small gradients); 16 bits keep that under gap/131072.
+
 Non-finite blocks (NaN/Inf inside the block, after RHT) get a NaN scale and level index 0, so they
-dequantize to NaN. The e4m3 tensor amax ignores non-finite elements, as in the reference.
+dequantize to NaN. The e4m3 tensor amax ignores non-finite elements, as in the reference. It must be
+known before any block scale, so it is a first pass that reads x (an e4m3 quantize reads x twice): a
+persistent grid of a few programs per SM, each reading tile after tile and making one atomic max.
+Without RHT it is the max of |x|'s bits (bits & 0x7FFF for bf16), read flat with no conversion; with
+RHT each group is rotated as in the quantize pass and the butterfly's 0.25 is applied to the maximum.
 """
 
+import functools
 import math
 import os
 import struct
@@ -257,12 +272,14 @@ def _block_scale(a, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_S
 
 @triton.jit
 def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr):
-    """[BM, NG, 8, 2] uniforms in [0, 1) (steps of 2**-24): 4 Philox calls per group, with offsets
-    unique per group of the [M, K] view."""
-    offs = ((m[:, None] * (K // 16) + g[None, :]) * 4)[:, :, None] + tl.arange(0, 4)[None, None, :]
-    r0, r1, r2, r3 = tl.randint4x(seed, offs)
-    r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8, 2))
-    return (r >> 8).to(tl.float32) * 5.9604644775390625e-08
+    """[BM, NG, 8, 2] uniforms u = (k + 1/2) * 2**-16 for 16-bit random integers k: 2 Philox calls (8
+    words of 32 bits, two halves each) per group, with counters unique per group of the [M, K] view.
+    1 + u has 17 fraction bits, so it is built exactly from bits and 1 is subtracted exactly."""
+    offs = ((m[:, None] * (K // 16) + g[None, :]) * 2)[:, :, None] + tl.arange(0, 2)[None, None, :]
+    r0, r1, r2, r3 = tl.randint4x(seed, offs)                               # uint32, each [BM, NG, 2]
+    r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8))
+    k = tl.join(r & 0xFFFF, r >> 16)                                        # [BM, NG, 8, 2]
+    return _bits_to_f32((k << 7) | 0x3F800040) - 1.0
 
 
 @triton.jit
@@ -280,16 +297,41 @@ def _pack_codes(code, finite):
 
 # ----------------------------------------------------------------------------- kernels
 @triton.jit
-def _amax_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
-                 BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, RHT: tl.constexpr,
-                 I64: tl.constexpr, X_BITS: tl.constexpr):
-    """amax_ptr[0] = max over finite elements of |x| (after RHT), as fp32 bits; starts at 0."""
-    m, g, mask, base = _tile_offsets(tl.program_id(1), tl.program_id(0), M, K, BM, NG, COLWISE, I64)
-    x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)
-    if RHT:
-        x = _butterfly(x * _signs(signs_ptr)) * 0.25
-    a = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-    tl.atomic_max(amax_ptr, tl.max(tl.where(a < 0x7F800000, a, 0)))
+def _amax_kernel(x_ptr, amax_ptr, N, BLOCK: tl.constexpr, MASK: tl.constexpr, INF: tl.constexpr,
+                 SHIFT: tl.constexpr, I64: tl.constexpr):
+    """amax_ptr[0] = max(amax_ptr[0], fp32 bits of max |x| over the finite elements of x), x given as
+    its N integer bit patterns (bf16: int16, fp32: int32): |x| is bits & MASK, non-finite from INF up.
+    Persistent: program p reads blocks p, p + P, p + 2P, ... and makes one atomic. (The loops are
+    `while` loops: the CPU interpreter cannot run tl.range with runtime bounds.)"""
+    acc = tl.zeros((BLOCK,), tl.int32)
+    i, n_blocks = tl.program_id(0), tl.cdiv(N, BLOCK)
+    while i < n_blocks:
+        o = (i.to(tl.int64) if I64 else i) * BLOCK + tl.arange(0, BLOCK)
+        a = tl.load(x_ptr + o, mask=o < N, other=0).to(tl.int32) & MASK
+        acc = tl.maximum(acc, tl.where(a < INF, a, 0))
+        i += tl.num_programs(0)
+    tl.atomic_max(amax_ptr, tl.max(acc) << SHIFT)
+
+
+@triton.jit
+def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
+                     BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
+                     X_BITS: tl.constexpr):
+    """The same after the RHT of every 16-group of the [M, K] view, over tiles [BM, NG*16].
+    max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone, and keeps finiteness), so the
+    butterfly's 0.25 is applied once, to the maximum."""
+    n_g = tl.cdiv(K // 16, NG)
+    i, n_tiles = tl.program_id(0), n_g * tl.cdiv(M, BM)
+    signs = _signs(signs_ptr)
+    acc = tl.zeros((BM, NG), tl.int32)
+    while i < n_tiles:
+        m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
+        v = _butterfly(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS) * signs)
+        a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        acc = tl.maximum(acc, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
+        i += tl.num_programs(0)
+    amax = _bits_to_f32(tl.max(tl.max(acc, axis=1), axis=0)) * 0.25
+    tl.atomic_max(amax_ptr, amax.to(tl.int32, bitcast=True))
 
 
 @triton.jit
@@ -362,6 +404,11 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
 _FLOATS = (torch.bfloat16, torch.float32)
 _TILES = {"row": (1, 128, 4), "2d": (16, 16, 4), "col": (64, 4, 4)}  # (BM, NG, num_warps), H200 sweep
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1)}
+# the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
+# and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
+_AMAX_TILES = {"flat": (4096, 8), "row": (1, 256, 4), "col": (64, 8, 4)}
+_AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1)}
+_AMAX_PROGRAMS_PER_SM = 8
 
 
 def _grid_params(levels) -> tuple:
@@ -405,6 +452,56 @@ def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile) -> t
         raise ValueError(f"tile {tile}: BM and NG must be powers of two, NG >= 2 for 32-blocks, BM >= 16 "
                          "for 16x16 tiles")
     return bm, ng, nw
+
+
+def _view_mk(x, kq: int, colwise: bool, block_2d: bool) -> tuple:
+    """(M, K): the [M, K] view the kernels quantize along K. Rowwise (not 2D) blocks never cross
+    rows, so the tensor is one long row."""
+    M = x.numel() // kq if kq else 0
+    return (M, kq) if colwise or block_2d else (1, M * kq)
+
+
+@functools.lru_cache
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch.Tensor:
+    """Launch the tensor-amax pass over x (non-empty) with RHT signs or None; returns the int32 [1]
+    buffer holding the fp32 bits of the amax."""
+    amax = torch.zeros(1, dtype=torch.int32, device=x.device)
+    programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
+    tiles = _AMAX_TILES_INTERPRET if interpret else _AMAX_TILES
+    i64, bf16 = x.numel() >= 2**31, x.dtype == torch.bfloat16
+    if signs is None:  # no RHT: the max of |x|'s bits, read flat in any order
+        block, nw = tile or tiles["flat"]
+        if block & (block - 1):
+            raise ValueError(f"amax tile {tile}: BLOCK must be a power of two")
+        grid = (min(triton.cdiv(x.numel(), block), programs),)
+        _amax_kernel[grid](x.view(torch.int16 if bf16 else torch.int32), amax, x.numel(), BLOCK=block,
+                           MASK=0x7FFF if bf16 else 0x7FFFFFFF, INF=0x7F80 if bf16 else 0x7F800000,
+                           SHIFT=16 if bf16 else 0, I64=i64, num_warps=nw)
+    else:
+        bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
+        grid = (min(triton.cdiv(K // 16, ng) * triton.cdiv(M, bm), programs),)
+        _amax_rht_kernel[grid](x.view(torch.int16) if interpret and bf16 else x, signs, amax, M, K, BM=bm,
+                               NG=ng, COLWISE=colwise, I64=i64, X_BITS=interpret and bf16, num_warps=nw,
+                               enable_fp_fusion=False)
+    return amax
+
+
+def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, dim: int = -1,
+                tile: Optional[tuple] = None, programs: Optional[int] = None) -> torch.Tensor:
+    """max |x| over the finite elements of x, after the RHT along dim if rht_signs are given, as a 0-d
+    fp32 tensor: quantize()'s first pass for e4m3 scales, alone (x as quantize takes it). tile:
+    (BLOCK, num_warps) without RHT, (BM, NG, num_warps) with; programs: the persistent grid's size."""
+    interpret = _check_device(x)
+    colwise, kq = _check(x, E2M1_LEVELS, 16, "e4m3", rht_signs, False, dim, torch.float32, True, False)
+    if x.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=x.device)
+    signs = None if rht_signs is None else rht_signs.to(torch.float32).contiguous()
+    M, K = _view_mk(x, kq, colwise, False)
+    return _amax(x, signs, M, K, colwise, interpret, tile, programs).view(torch.float32).reshape(())
 
 
 def _check(x, levels, block, scale_mode, rht_signs, block_2d, dim, out_dtype, want_codes, want_dequant):
@@ -465,9 +562,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
     bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile)
-    M, K = x.numel() // kq if kq else 0, kq
-    if not (colwise or block_2d):  # blocks never cross rows: quantize the tensor as one long row
-        M, K = 1, M * K
+    M, K = _view_mk(x, kq, colwise, block_2d)
 
     dev = x.device
     lead = (x.shape[1],) if colwise else tuple(x.shape[:-1])
@@ -490,19 +585,53 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     grid = (triton.cdiv(K // 16, ng), triton.cdiv(M, bm))
     common = dict(BM=bm, NG=ng, COLWISE=colwise, I64=x.numel() >= 2**31, RHT=rht_signs is not None,
                   X_BITS=x_bits, num_warps=nw, enable_fp_fusion=False)
-    if scale_mode == "e4m3":
-        amax = torch.zeros(1, dtype=torch.int32, device=dev)
-        _amax_kernel[grid](xk, signs, amax, M, K, **common)
-    _quantize_kernel[grid](
-        xk, (out.view(torch.int16) if out_mode == 2 else out) if want_dequant else tscale,
-        codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale, M, K, seed,
-        QB=block, BLOCK_2D=block_2d, KEEP_ROTATED=keep_rotated, SCALE=SCALE_MODES[scale_mode], SR=sr,
-        UNIFORM=uniform, STEP=step, CB=_f32_bits(step * 2.0**23), G=g_max,
-        E8_SHIFT=math.floor(math.log2(g_max)), FAST_DIV=fast_div and not interpret and step >= 0.5,
-        WANT_CODES=want_codes, WANT_DEQUANT=want_dequant, OUT_MODE=out_mode, **common)
+    if scale_mode == "e4m3":  # a first pass over x: the tensor amax must be known before any block scale
+        amax = _amax(x, None if rht_signs is None else signs, M, K, colwise, interpret)
+    _launch(_quantize_kernel, grid, interpret, dict(num_warps=common.pop("num_warps"), enable_fp_fusion=False),
+            x_ptr=xk, out_ptr=(out.view(torch.int16) if out_mode == 2 else out) if want_dequant else tscale,
+            codes_ptr=codes if want_codes else tscale, scales_ptr=scales if want_codes else tscale,
+            signs_ptr=signs, amax_ptr=amax, tscale_ptr=tscale, M=M, K=K, seed=seed,
+            QB=block, BLOCK_2D=block_2d, KEEP_ROTATED=keep_rotated, SCALE=SCALE_MODES[scale_mode], SR=sr,
+            UNIFORM=uniform, STEP=step, CB=_f32_bits(step * 2.0**23), G=g_max,
+            E8_SHIFT=math.floor(math.log2(g_max)), FAST_DIV=fast_div and not interpret and step >= 0.5,
+            WANT_CODES=want_codes, WANT_DEQUANT=want_dequant, OUT_MODE=out_mode,
+            **{k: v for k, v in common.items() if k != "enable_fp_fusion"})
     if want_codes and scale_mode == "e4m3":
         scales = scales.view(torch.float8_e4m3fn)
     return codes, scales, tscale, out
+
+
+# Launch cost. kernel[grid](...) binds and specializes every argument on every call: tens of host
+# microseconds, which a small model's step (hundreds of quantize calls) pays in full. After the first
+# launch of a configuration, _launch keeps the compiled kernel and calls it directly. Its key holds
+# everything Triton compiles on: the launch options, every constexpr's value, each pointer's dtype
+# and 16-byte alignment, and each integer's class (1, a multiple of 16, other; 32 or 64 bits).
+# NANOFP4_FAST_LAUNCH=0 launches through kernel[grid] every time (same kernels, same results).
+FAST_LAUNCH = os.environ.get("NANOFP4_FAST_LAUNCH", "1") != "0"
+_COMPILED = {}
+
+
+def _spec_class(v):
+    if isinstance(v, torch.Tensor):
+        return v.dtype, v.data_ptr() % 16 == 0
+    if isinstance(v, bool) or not isinstance(v, int):
+        return v
+    return v == 1, v % 16 == 0, -2**31 <= v < 2**31
+
+
+def _launch(kernel, grid, interpret: bool, options: dict, **params):
+    """kernel[grid](**params, **options), through the kept compiled kernel when there is one."""
+    if interpret or not FAST_LAUNCH:
+        kernel[grid](**params, **options)
+        return
+    args = [params[p.name] for p in kernel.params]
+    key = (kernel, tuple(options.items()),
+           tuple(a if p.is_constexpr else _spec_class(a) for p, a in zip(kernel.params, args)))
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        _COMPILED[key] = kernel[grid](**params, **options)
+    else:
+        compiled[grid](*args)
 
 
 def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:

@@ -12,7 +12,9 @@ sequence-level balance loss (seq_aux_loss_coef > 0) is left in `aux_loss`; model
 Dispatch is dropless: every (token, slot) pair is copied into one buffer sorted by expert. Each
 expert's group starts at a multiple of 16 (of the block, for 32-element blocks) and is padded with
 zero rows; the buffer has a fixed size, the unused tail going to the last expert. The experts run as
-grouped GEMMs (SwiGLU): torch._grouped_mm on CUDA, a loop over experts elsewhere.
+grouped GEMMs (SwiGLU, w1 and w3 side by side in one): torch._grouped_mm on CUDA, a loop over experts
+elsewhere. On CUDA no shape or branch depends on the routing, so nothing waits for the GPU and the
+layer compiles to one graph (e4m3 scales aside: below).
 
 Quantization. Each grouped GEMM is one autograd Function with the recipe's six operand roles, the
 grouped twin of quant._QLinearFn (RECIPES.md §6):
@@ -20,10 +22,11 @@ grouped twin of quant._QLinearFn (RECIPES.md §6):
   dgrad  dx = dy·w[e]   dy rows along F, w[e] along F (dim 1)   (dgrad_dy, dgrad_w)
   wgrad  dw[e] = dyᵀ·x  dy and x along the tokens (dim 0)       (wgrad_dy, wgrad_x)
 Groups are aligned and zero-padded, so no block spans two experts: quantizing the whole buffer gives
-what quantizing each expert's tokens alone gives. Two cases are done expert by expert instead: the
-e4m3 scale (its fp32 tensor scale belongs to one expert, as for separate tensors) and 16x16 weight
-tiles. Shared experts are plain nn.Linear layers that quant.convert swaps like the dense MLP;
-convert_experts() hands the routed experts their recipe.
+what quantizing each expert's tokens alone gives; likewise w[E, N, K] along N is quantized as the
+columns of one [E·N, K] matrix. Two cases are done expert by expert instead: the e4m3 scale (its fp32
+tensor scale belongs to one expert, as for separate tensors; the token groups' bounds are then read
+on the host) and 16x16 weight tiles. Shared experts are plain nn.Linear layers that quant.convert
+swaps like the dense MLP; convert_experts() hands the routed experts their recipe.
 
 Shape suffixes: B batch, S sequence, T tokens (B·S), D d_model, E routed experts, K top_k,
 F expert_hidden, G expert groups, M rows of the sorted padded buffer, N output features, L layers.
@@ -88,42 +91,58 @@ def _grouped(a) -> bool:
     if use and not hasattr(torch, "_grouped_mm"):
         raise RuntimeError("torch._grouped_mm is missing in this PyTorch; use set_gemm('loop') or torch >= 2.8")
     path = "torch._grouped_mm" if use else "a loop over experts"
-    if path not in GEMM["logged"]:
+    if path not in GEMM["logged"] and not torch.compiler.is_compiling():  # a log call breaks the graph
         log.info(f"expert GEMMs: {path}")
         GEMM["logged"].add(path)
     return use
 
 
 def _bounds(offs_E):
-    ends = offs_E.tolist()
+    ends = offs_E.tolist()  # a host sync: only the loop paths (no _grouped_mm, e4m3 buffers) need it
     return list(zip([0] + ends[:-1], ends))
+
+
+# The loops run eagerly under torch.compile (bounds are data): one graph break per GEMM, no recompiles
+@torch.compiler.disable
+def _loop_gmm(a_MK, b_EKN, offs_E):
+    return torch.cat([a_MK[s:e] @ b_EKN[i] for i, (s, e) in enumerate(_bounds(offs_E))])
+
+
+@torch.compiler.disable
+def _loop_gmm_wgrad(dy_MN, x_MK, offs_E):
+    return torch.stack([dy_MN[s:e].t() @ x_MK[s:e] for s, e in _bounds(offs_E)])
 
 
 def _gmm(a_MK, b_EKN, offs_E):
     """[M, N]: the rows of group e times b[e]."""
-    if _grouped(a_MK):
-        return torch._grouped_mm(a_MK, b_EKN, offs=offs_E)
-    return torch.cat([a_MK[s:e] @ b_EKN[i] for i, (s, e) in enumerate(_bounds(offs_E))])
+    return torch._grouped_mm(a_MK, b_EKN, offs=offs_E) if _grouped(a_MK) else _loop_gmm(a_MK, b_EKN, offs_E)
 
 
 def _gmm_wgrad(dy_MN, x_MK, offs_E):
     """[E, N, K]: dy[rows of e]ᵀ · x[rows of e]; zero for a group without rows."""
-    if _grouped(dy_MN):
-        dw_ENK = torch._grouped_mm(dy_MN.t(), x_MK, offs=offs_E)
-        return torch.where((torch.diff(offs_E, prepend=offs_E[:1] * 0) > 0)[:, None, None], dw_ENK, 0)
-    return torch.stack([dy_MN[s:e].t() @ x_MK[s:e] for s, e in _bounds(offs_E)])
+    if not _grouped(dy_MN):
+        return _loop_gmm_wgrad(dy_MN, x_MK, offs_E)
+    dw_ENK = torch._grouped_mm(dy_MN.t(), x_MK, offs=offs_E)
+    return torch.where((torch.diff(offs_E, prepend=offs_E[:1] * 0) > 0)[:, None, None], dw_ENK, 0)
 
 
 def _fake_quantize(t, spec, dim, signs, keep_rotated, offs_E):
     """quant.fake_quantize of an [E, N, K] weight or an [M, ·] buffer, each expert's slice on its own.
     SR draws from torch's global generators, as in quant._gemm_operands."""
+    q = lambda p, d: quant.fake_quantize(p, spec, d, signs=signs, keep_rotated=keep_rotated)
     if spec.scale != "e4m3" and not spec.block_2d:  # every block lies inside one expert: one call
-        return quant.fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
-    parts = t.unbind(0) if t.dim() == 3 else [t[s:e] for s, e in _bounds(offs_E)]
-    dim = dim - 1 if t.dim() == 3 and dim > 0 else dim
-    out = [p if p.numel() == 0 else quant.fake_quantize(p, spec, dim, signs=signs, keep_rotated=keep_rotated)
-           for p in parts]
-    return torch.stack(out) if t.dim() == 3 else torch.cat(out)
+        # [E, N, K] along N: the columns of [E·N, K] (the kernels read them in place, no transpose)
+        if t.dim() == 3 and dim % 3 == 1 and t.shape[1] % spec.block == 0:
+            return q(t.flatten(0, 1), 0).unflatten(0, t.shape[:2])
+        return q(t, dim)
+    if t.dim() == 3:
+        return torch.stack([q(w, dim - 1 if dim > 0 else dim) for w in t.unbind(0)])
+    return _quantize_groups(q, t, dim, offs_E)
+
+
+@torch.compiler.disable
+def _quantize_groups(q, t_M, dim, offs_E):
+    return torch.cat([p if p.numel() == 0 else q(p, dim) for p in (t_M[s:e] for s, e in _bounds(offs_E))])
 
 
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, offs_E):
@@ -134,29 +153,35 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, offs_E):
 
 
 class _GroupedLinearFn(torch.autograd.Function):
-    """y_MN = x_MK · w_ENK[e]ᵀ on the rows of every expert e (ends offs_E), with the recipe's six roles."""
+    """y_MN = x_MK · w_ENK[e]ᵀ on the rows of every expert e (ends offs_E), with the recipe's six roles.
+    The weights come as parts [E, N_i, K] joined along N here, so that only the parts are saved."""
 
     @staticmethod
-    def forward(ctx, x_MK, w_ENK, offs_E, recipe, signs):
+    def forward(ctx, x_MK, offs_E, recipe, signs, *w_parts):
+        w_ENK = torch.cat(w_parts, 1) if len(w_parts) > 1 else w_parts[0]
         qx, qw = _gemm_operands(x_MK, recipe.fprop_x, -1, w_ENK, recipe.fprop_w, -1, signs, offs_E)
-        ctx.save_for_backward(x_MK, w_ENK, offs_E)
+        ctx.save_for_backward(x_MK, offs_E, *w_parts)
         ctx.recipe, ctx.signs = recipe, signs
         return _gmm(qx, qw.transpose(1, 2), offs_E)
 
     @staticmethod
     def backward(ctx, dy_MN):
-        x_MK, w_ENK, offs_E = ctx.saved_tensors
+        x_MK, offs_E, *w_parts = ctx.saved_tensors
+        w_ENK = torch.cat(w_parts, 1) if len(w_parts) > 1 else w_parts[0]
         r, signs = ctx.recipe, ctx.signs
         dy_MN = dy_MN.to(x_MK.dtype)
         qdy, qw = _gemm_operands(dy_MN, r.dgrad_dy, -1, w_ENK, r.dgrad_w, 1, signs, offs_E)
         dx_MK = _gmm(qdy, qw, offs_E)
         qdy, qx = _gemm_operands(dy_MN, r.wgrad_dy, 0, x_MK, r.wgrad_x, 0, signs, offs_E)
-        return dx_MK, _gmm_wgrad(qdy, qx, offs_E), None, None, None
+        dw_ENK = _gmm_wgrad(qdy, qx, offs_E)
+        return dx_MK, None, None, None, *dw_ENK.split([w.shape[1] for w in w_parts], 1)
 
 
 def grouped_linear(x_MK, w_ENK, offs_E, recipe, rht_seed=0):
-    """The rows of expert e (offs_E[e-1]:offs_E[e], int32 ends, aligned to 16) times w_ENK[e]ᵀ."""
-    return _GroupedLinearFn.apply(x_MK, w_ENK, offs_E, recipe, quant._signs(rht_seed, x_MK.device))
+    """The rows of expert e (offs_E[e-1]:offs_E[e], int32 ends, aligned to 16) times w_ENK[e]ᵀ.
+    w_ENK may be a tuple of weights: one GEMM, their outputs side by side (as w1, w3 of a SwiGLU)."""
+    parts = tuple(w_ENK) if isinstance(w_ENK, (tuple, list)) else (w_ENK,)
+    return _GroupedLinearFn.apply(x_MK, offs_E, recipe, quant._signs(rht_seed, x_MK.device), *parts)
 
 
 # ----------------------------------------------------------------------------- the MoE layer
@@ -197,13 +222,22 @@ class GroupedExperts(nn.Module):
         self.w3_EFD = nn.Parameter(torch.empty(n_experts, hidden, d_model))
         self.recipe, self.rht_seed = quant.RECIPES["bf16"], 0
 
+    def block(self) -> int:
+        """The largest quantization block of the recipe (16 at least): the alignment of expert groups."""
+        return max([16] + [s.block for s in self.recipe.specs().values() if s is not None])
+
     def forward(self, x_MD, offs_E):
-        dev = x_MD.device.type
+        dev, F_ = x_MD.device.type, self.w1_EFD.shape[1]
         dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x_MD.dtype
+        if F_ % self.block():
+            raise ValueError(f"expert_hidden={F_} must be a multiple of {self.block()}, the block of recipe "
+                             f"[{self.recipe.describe()}]: change expert_hidden or the block")
         with torch.autocast(dev, enabled=False):
-            lin = lambda a, w: grouped_linear(a, w.to(dtype), offs_E, self.recipe, self.rht_seed)
-            x_MD = x_MD.to(dtype)
-            return lin(F.silu(lin(x_MD, self.w1_EFD)) * lin(x_MD, self.w3_EFD), self.w2_EDF)
+            lin = lambda a, w: grouped_linear(a, w, offs_E, self.recipe, self.rht_seed)
+            # w1 and w3 as one [E, 2F, D] GEMM, so x is quantized once; F is a multiple of the block,
+            # so no block of that weight or of its [M, 2F] output gradient spans w1 and w3
+            h1_MF, h3_MF = lin(x_MD.to(dtype), (self.w1_EFD.to(dtype), self.w3_EFD.to(dtype))).chunk(2, -1)
+            return lin(F.silu(h1_MF) * h3_MF, self.w2_EDF.to(dtype))
 
     def extra_repr(self):
         return f"{tuple(self.w1_EFD.shape)} (E, F, D), recipe=[{self.recipe.describe()}]"
@@ -262,8 +296,7 @@ class MoE(nn.Module):
         m, (B, S, D) = self.cfg, x_BSD.shape
         x_TD = x_BSD.reshape(-1, D)
         idx_TK, w_TK, scores_TE = self.route(x_TD)
-        align = max([16] + [s.block for s in self.experts.recipe.specs().values() if s is not None])
-        rows_TK, offs_E, counts_E, M = dispatch(idx_TK, m.n_routed_experts, align)
+        rows_TK, offs_E, counts_E, M = dispatch(idx_TK, m.n_routed_experts, self.experts.block())
         x_MD = x_TD.new_zeros(M, D).index_copy(0, rows_TK.flatten(), x_TD.repeat_interleave(m.top_k, 0))
         y_MD = self.experts(x_MD, offs_E)
         y_TD = (y_MD[rows_TK].float() * w_TK.unsqueeze(-1)).sum(1).to(y_MD.dtype)

@@ -231,10 +231,13 @@ def _use_kernels(x) -> bool:
 
 
 def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
-    """fake_quantize through the fused Triton kernel (kernels.py), as the custom op
-    nanofp4::fake_quantize: rows of any tensor, or the columns of a 2-D one (no transpose)."""
+    """fake_quantize through the fused Triton kernel (kernels.py): rows of any tensor, or the columns
+    of a 2-D one (no transpose). Traced by torch.compile (or given a tensor subclass) it is the custom
+    op nanofp4::fake_quantize, one opaque node; eager, a plain tensor goes straight to the op's body,
+    skipping ~30 us of custom-op dispatch per call (hundreds of calls a step)."""
     import kernels  # imports Triton; only needed when the kernels run
-    if "triton" not in BACKEND["logged"] and not torch.compiler.is_compiling():
+    compiling = torch.compiler.is_compiling()
+    if "triton" not in BACKEND["logged"] and not compiling:
         log.info("quantizing with the Triton kernels (kernels.py)")
         BACKEND["logged"].add("triton")
     _check_shape(x, spec, dim)
@@ -244,9 +247,16 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
     if spec.rht and signs is None:
         signs = rht_lib.random_signs(0)
     signs = signs.to(x.device, torch.float32) if spec.rht else None
-    y = torch.ops.nanofp4.fake_quantize(
-        xk, list(spec.levels), spec.block, spec.scale, spec.rounding == "sr", signs, spec.block_2d,
-        -1 if moved or dim == x.dim() - 1 else 0, -1 if seed is None else int(seed), keep_rotated)
+    sr, seed = spec.rounding == "sr", -1 if seed is None else int(seed)
+    kdim = -1 if moved or dim == x.dim() - 1 else 0
+    if compiling or type(x) not in (torch.Tensor, nn.Parameter):
+        y = torch.ops.nanofp4.fake_quantize(xk, list(spec.levels), spec.block, spec.scale, sr, signs,
+                                            spec.block_2d, kdim, seed, keep_rotated)
+    else:  # the op's body: SR without a seed draws one from torch's CPU generator, as the op does
+        seed = int(torch.randint(2**31 - 1, ())) if sr and seed < 0 else seed
+        y = kernels.fake_quantize(xk, levels=spec.levels, block=spec.block, scale_mode=spec.scale, sr=sr,
+                                  rht_signs=signs, block_2d=spec.block_2d, dim=kdim, seed=seed,
+                                  keep_rotated=keep_rotated)
     return y.movedim(-1, dim) if moved else y
 
 

@@ -15,7 +15,9 @@ other [quant] key but `backend` goes, as a string, to quant.recipe_from_override
 Parallelism (train.parallel): 'fsdp' shards weights, gradients and optimizer states over the
 ranks (FSDP2, one unit per transformer block and the root), 'ddp' keeps a whole copy per rank,
 'none' is one process; 'auto' is fsdp when torchrun starts more than one. Every mode runs the same
-code: the model is built on the meta device, sharded (or not), then allocated and initialized.
+code: the model is built on the meta device, allocated and initialized, then sharded (or not); with
+train.init=sharded (auto: models whose fp32 weights exceed a quarter of a GPU) each rank allocates
+and initializes only its shards, and the initial weights then depend on the world size.
 
 The run directory (log.out_dir) holds config.json (resolved config, git commit, package versions),
 log.jsonl (a record per step) and the checkpoint: ckpt.pt, one file written by one process (model,
@@ -94,6 +96,9 @@ class TrainConfig:
     compile: bool = False
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
+    init: str = 'auto'  # fsdp: full (every rank draws the whole model, then keeps its shards: the same
+                        # weights at any world size) | sharded (each rank draws only its shards: for
+                        # models too big for one device) | auto (full if the fp32 weights fit in 1/4 of it)
     eval_interval: int = 50
     ckpt_interval: int = 0  # 0: a checkpoint at the end only; -1: none at all (benchmarks)
     resume: str = 'auto'  # auto | true | false
@@ -150,7 +155,7 @@ class Config:
 
 CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfloat16', 'float32'),
            'train.resume': ('auto', 'true', 'false'), 'optim.schedule': ('cosine', 'wsd'),
-           'train.parallel': ('auto', 'fsdp', 'ddp', 'none'),
+           'train.parallel': ('auto', 'fsdp', 'ddp', 'none'), 'train.init': ('auto', 'full', 'sharded'),
            'quant.backend': ('auto', 'torch', 'triton')}
 USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample | --export]'
 
@@ -323,13 +328,28 @@ def parallel_mode(c: TrainConfig, world: int) -> str:
     return mode
 
 
-def parallelize(model, cfg: Config, mode: str, device, bf16: bool):
-    """Shard (fsdp) or replicate (ddp) a model built on the meta device, then allocate and
-    initialize its weights: after sharding, so no rank ever holds all of them. Returns the module
-    to call and the one that holds the parameters (the same but for DDP's wrapper)."""
+def sharded_init(model, c: TrainConfig, mode: str, device) -> bool:
+    """Whether each rank initializes only its shards (train.init; 'auto': when the fp32 weights take
+    over a quarter of the device's memory). Otherwise every rank draws the whole model from the same
+    seed before sharding, so the weights are those of one process at any world size."""
+    if mode != 'fsdp' or c.init == 'full':
+        return False
+    if c.init == 'sharded':
+        return True
+    weight_bytes = 4 * sum(p.numel() for p in model.parameters())
+    return device.type == 'cuda' and weight_bytes > torch.cuda.get_device_properties(device).total_memory / 4
+
+
+def parallelize(model, cfg: Config, mode: str, device, bf16: bool, sharded: bool = False):
+    """Shard (fsdp) or replicate (ddp) a model built on the meta device, and allocate and initialize
+    its weights: before sharding, or (sharded) after it, so that no rank ever holds all of them.
+    Returns the module to call and the one that holds the parameters (the same but for DDP's wrapper)."""
     if cfg.train.activation_checkpointing:  # the blocks' own forward, so parameter names are unchanged
         for block in model.layers:
             block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
+    if not sharded:
+        model.to_empty(device=device)
+        model.init_weights()  # every parameter and buffer (RoPE tables, MoE expert bias)
     if mode == 'fsdp':
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         # Blocks gather bf16 copies of their weights (fp32 without bf16 autocast) and reduce the
@@ -342,8 +362,9 @@ def parallelize(model, cfg: Config, mode: str, device, bf16: bool):
             fully_shard(block, mesh=mesh, mp_policy=low)
         fully_shard(model.tok_emb, mesh=mesh, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
         fully_shard(model, mesh=mesh, mp_policy=low)
-    model.to_empty(device=device)
-    model.init_weights()  # every parameter and buffer (RoPE tables, MoE expert bias)
+    if sharded:
+        model.to_empty(device=device)
+        model.init_weights()
     if mode == 'ddp':  # DDP copies rank 0's weights to the others
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None), model
     return model, model
@@ -504,10 +525,12 @@ def train(cfg: Config, rank: int, world: int, device):
     raw_model = build_model(mcfg, recipe, torch.device('meta'))
     flops_per_step, n_params = raw_model.flops_per_token(seq_len) * tokens_per_step, raw_model.num_params()
 
-    # sharding, weights, optimizer, compile. One seed everywhere: DTensor's RNG tracker (CUDA) gives
-    # each shard its part of one draw. The CPU has none, so there each rank takes its own seed.
-    torch.manual_seed(c.seed + (rank if mode == 'fsdp' and device.type == 'cpu' else 0))
-    model, raw_model = parallelize(raw_model, cfg, mode, device, autocast_dtype == 'bfloat16')
+    # weights, sharding, optimizer, compile. One seed everywhere. A sharded init draws each shard
+    # on its rank: DTensor's RNG tracker (CUDA) gives it its part of one draw, which still differs
+    # from one process's weights; the CPU has no tracker, so there each rank takes its own seed.
+    sharded = sharded_init(raw_model, c, mode, device)
+    torch.manual_seed(c.seed + (rank if sharded and device.type == 'cpu' else 0))
+    model, raw_model = parallelize(raw_model, cfg, mode, device, autocast_dtype == 'bfloat16', sharded)
     opt = make_optimizer(raw_model, o)
     forward = torch.compile(model) if c.compile else model
 

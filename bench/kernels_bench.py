@@ -6,10 +6,15 @@
    the CPU (the spec itself). The reference on the two devices is also compared with itself.
 2. The fast exact division (RN(x/s) from RN(1/s) and two FMAs) against IEEE division, directly.
 3. Bandwidth: each kernel's median time (triton.testing.do_bench), the bytes it must move (read the
-   input once, write its outputs once), GB/s and % of the device-to-device copy bandwidth measured in
-   the same run — for quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows
-   and columns, the emulated-GEMM output (bf16 dequant, rotated basis) and the codes+scales output.
-   A small sweep of tile shapes picks the tiles the table uses.
+   input once, write its outputs once; e4m3 scales read it twice, as their tensor amax is a first
+   pass over x), GB/s and % of the device-to-device copy bandwidth measured in the same run — for
+   quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows and columns, the
+   emulated-GEMM output (bf16 dequant, rotated basis) and the codes+scales output. A small sweep of
+   tile shapes picks the tiles the table uses.
+4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns),
+   a pure read: its bytes are the input's, given as % of the read bandwidth (torch's amax over the
+   same 1 GiB buffer the copy uses) and of the copy bandwidth. A sweep picks its tiles and programs
+   per SM first (the e4m3 rows of the table use them).
 
 Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 8192] [--workers 8]
        python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
@@ -29,6 +34,11 @@ ROW_TILES = [(1, 64, 1), (1, 128, 2), (1, 128, 4), (1, 256, 4), (1, 256, 8), (1,
              (1, 1024, 8)]
 COL_TILES = [(64, 4, 4), (128, 4, 8), (64, 8, 8), (32, 8, 4), (128, 2, 4), (256, 2, 8), (256, 4, 8),
              (128, 8, 8)]
+AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
+              "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
+              "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)]}
+AMAX_PROGRAMS_PER_SM = [2, 4, 8, 16]
+AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0)}       # kind: (RHT, dim)
 
 
 def setup(cpu: bool):
@@ -183,9 +193,10 @@ def timing_calls(x, spec, dim, output, variant, signs, tile=None, fast_div=True)
     else:  # torch rotates along dim 0 into a transposed layout: quantize that one along its rows
         kw["rht_signs"], kw["dim"] = None, -1
         fn = lambda: kernels.quantize(rht.rht(x, signs, dim=0).t(), **kw)  # noqa: E731
-    n = x.numel()
-    write = 2 * n if output == "dequant" else n // 2 + n // spec.block * (4 if spec.scale == "fp32" else 1)
-    return fn, 2 * n + write
+    n, size = x.numel(), x.element_size()
+    read = n * size * (2 if spec.scale == "e4m3" else 1)  # e4m3: the tensor-amax pass reads x too
+    write = n * size if output == "dequant" else n // 2 + n // spec.block * (4 if spec.scale == "fp32" else 1)
+    return fn, read + write
 
 
 def warm_case(case):
@@ -234,6 +245,52 @@ def sweep_tiles(x, signs, cases, copy, dev):
     return sweep, best
 
 
+def amax_call(x, kind, signs, tile=None, programs=None):
+    use_rht, dim = AMAX_CASES[kind]
+    return lambda: kernels.tensor_amax(x, rht_signs=signs if use_rht else None, dim=dim, tile=tile,  # noqa: E731
+                                       programs=programs)
+
+
+def sweep_amax(x, signs, dev):
+    """The tensor-amax pass: the best tile per kind (at the default programs per SM), then the best
+    programs per SM (least total time over the kinds); installs both in kernels for the table."""
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev == "cuda" else 1
+    rows, best = [], {}
+    for kind, tiles in AMAX_TILES.items():
+        ms = {t: bench(amax_call(x, kind, signs, t), dev) for t in tiles}
+        best[kind] = min(ms, key=ms.get)
+        pps = kernels._AMAX_PROGRAMS_PER_SM
+        rows += [dict(kind=kind, tile=t, programs_per_sm=pps, ms=v) for t, v in ms.items()]
+        print(f"amax tile sweep {kind}: " + ", ".join(f"{t}: {v:.4f} ms" for t, v in ms.items())
+              + f" -> {best[kind]}", flush=True)
+    total = {}
+    for pps in AMAX_PROGRAMS_PER_SM:
+        ms = [bench(amax_call(x, kind, signs, best[kind], pps * sms), dev) for kind in AMAX_TILES]
+        rows += [dict(kind=kind, tile=best[kind], programs_per_sm=pps, ms=v) for kind, v in zip(AMAX_TILES, ms)]
+        total[pps] = sum(ms)
+    pps = min(total, key=total.get)
+    print("amax programs per SM: " + ", ".join(f"{k}: {v:.4f} ms" for k, v in total.items()) + f" -> {pps}",
+          flush=True)
+    (kernels._AMAX_TILES if dev == "cuda" else kernels._AMAX_TILES_INTERPRET).update(best)
+    kernels._AMAX_PROGRAMS_PER_SM = pps
+    return rows, dict(tiles=best, programs_per_sm=pps)
+
+
+def amax_table(x, signs, dev, read_bw, copy):
+    """The tensor-amax pass alone, with the swept tiles: a pure read of x."""
+    print(f"\ne4m3 tensor-amax pass alone: bytes = x read once; %read = GB/s over torch.amax's read "
+          f"GB/s ({read_bw:.0f}), %copy over the copy's ({copy:.0f})")
+    print(f"{'pass':18s} {'ms':>8s} {'GB/s':>7s} {'%read':>6s} {'%copy':>6s}")
+    table = []
+    for kind, name in (("flat", "no RHT"), ("row", "RHT rows (dim -1)"), ("col", "RHT cols (dim 0)")):
+        ms = bench(amax_call(x, kind, signs), dev)
+        gbps = x.numel() * x.element_size() / ms / 1e6
+        table.append(dict(kind=kind, ms=ms, GBps=gbps, pct_read=100 * gbps / read_bw, pct_copy=100 * gbps / copy))
+        print(f"{name:18s} {ms:8.4f} {gbps:7.0f} {table[-1]['pct_read']:6.1f} {table[-1]['pct_copy']:6.1f}",
+              flush=True)
+    return table
+
+
 def report_identity(res):
     bad = [r for r in res["identity"] if any(v for part in ("vs_gpu_reference", "vs_cpu_reference")
                                              for v in r[part].values())]
@@ -275,12 +332,15 @@ def main():
         buf = torch.empty(1 << 29, dtype=torch.bfloat16, device=dev)  # 1 GiB
         dst = torch.empty_like(buf)
         res["copy_GBps"] = 2 * buf.numel() * 2 / bench(lambda: dst.copy_(buf), dev) / 1e6
+        res["read_GBps"] = buf.numel() * 2 / bench(lambda: buf.amax(), dev) / 1e6
         del buf, dst
     else:
-        res["copy_GBps"] = 1.0
+        res["copy_GBps"] = res["read_GBps"] = 1.0
     copy = res["copy_GBps"]
-    print(f"device-to-device copy: {copy:.0f} GB/s", flush=True)
+    print(f"device-to-device copy: {copy:.0f} GB/s; read (torch.amax): {res['read_GBps']:.0f} GB/s", flush=True)
     x = make_x(args.size, args.size, 4, dev)
+    res["amax_sweep"], res["amax_best"] = sweep_amax(x, signs, dev)
+    res["amax_table"] = amax_table(x, signs, dev, res["read_GBps"], copy)
     res["tile_sweep"], best = sweep_tiles(x, signs, tile_cases, copy, dev)
     res["best_tiles"] = {"row": best[-1], "col": best[0]}
     save(res, args.out, t_start)
@@ -308,7 +368,10 @@ def main():
     print(f"checks and compiles done after {time.time() - t_start:.0f} s", flush=True)
 
     table = res["table"] = []
-    print(f"\n{'spec':28s} {'dim':>3s} {'output':8s} {'variant':13s} {'ms':>8s} {'GB/s':>7s} {'%copy':>6s} "
+    print("\nbytes = read x (bf16) once, twice for e4m3 scales (the tensor-amax pass, then the quantize "
+          "pass) + write the outputs once; %copy = GB/s over the copy's GB/s; x alone = ms over the "
+          "variant without RHT")
+    print(f"{'spec':28s} {'dim':>3s} {'output':8s} {'variant':13s} {'ms':>8s} {'GB/s':>7s} {'%copy':>6s} "
           f"{'x alone':>7s}")
     for name in names:
         for dim in (-1, 0):

@@ -10,6 +10,7 @@
 #   4. moe-small under ufp4 on NGPU GPUs for MOE_STEPS steps: the load statistics (max/mean tokens
 #      per expert, per layer) at the start and the end.
 #   scripts/multigpu_check.sh DATA_DIR OUT_DIR           # NGPU (default 2), STEPS (50), MOE_STEPS (100)
+#   SKIP_EXTRAS=1 scripts/multigpu_check.sh ...          # part 1 only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:-data/registry-mix}; out=${2:-runs/multigpu_check}
@@ -25,21 +26,25 @@ all=$(seq -s, 0 $((n - 1)))
 mkdir -p "$out"
 start=$(date +%s)
 run 1 0 bf16-1gpu --data.grad_accum="$n" & run 1 1 ufp4-1gpu --data.grad_accum="$n" --quant.recipe=ufp4 & wait
-run "$n" "$all" bf16-${n}gpu --train.stop_after=40 --train.ckpt_interval=0
-cp -r "$out/bf16-${n}gpu" "$out/bf16-${n}gpu-resumed-1gpu"
-run "$n" "$all" bf16-${n}gpu --train.ckpt_interval=0
-run 1 0 bf16-${n}gpu-resumed-1gpu --data.grad_accum="$n" --train.ckpt_interval=0 &
-CUDA_VISIBLE_DEVICES=1 "$py" train.py configs/dense-1.5b.toml --data.dir="$data" --train.max_steps=30 \
-    --train.compile=false --train.eval_interval=100000 --data.eval_batches=1 --train.ckpt_interval=-1 \
-    --data.grad_accum="$n" --train.parallel=none --log.out_dir="$out/bf16-1gpu-plain" > "$out/bf16-1gpu-plain.out" 2>&1 &
-wait
+if [ "${SKIP_EXTRAS:-0}" = 1 ]; then
+    run "$n" "$all" bf16-${n}gpu
+else
+    run "$n" "$all" bf16-${n}gpu --train.stop_after=40 --train.ckpt_interval=0
+    cp -r "$out/bf16-${n}gpu" "$out/bf16-${n}gpu-resumed-1gpu"
+    run "$n" "$all" bf16-${n}gpu --train.ckpt_interval=0
+    run 1 0 bf16-${n}gpu-resumed-1gpu --data.grad_accum="$n" --train.ckpt_interval=0 &
+    CUDA_VISIBLE_DEVICES=1 "$py" train.py configs/dense-1.5b.toml --data.dir="$data" --train.max_steps=30 \
+        --train.compile=false --train.eval_interval=100000 --data.eval_batches=1 --train.ckpt_interval=-1 \
+        --data.grad_accum="$n" --train.parallel=none --log.out_dir="$out/bf16-1gpu-plain" > "$out/bf16-1gpu-plain.out" 2>&1 &
+    wait
+fi
 run "$n" "$all" ufp4-${n}gpu --quant.recipe=ufp4
-CUDA_VISIBLE_DEVICES=$all "$py" -m torch.distributed.run --standalone --nproc_per_node="$n" train.py \
+[ "${SKIP_EXTRAS:-0}" = 1 ] || CUDA_VISIBLE_DEVICES=$all "$py" -m torch.distributed.run --standalone --nproc_per_node="$n" train.py \
     configs/moe-small.toml --data.dir="$data" --quant.recipe=ufp4 --train.max_steps="$moe_steps" \
     --train.compile=false --train.eval_interval=100000 --data.eval_batches=1 --train.ckpt_interval=-1 \
     --log.out_dir="$out/moe-small-ufp4-${n}gpu" > "$out/moe-small-ufp4-${n}gpu.out" 2>&1
 "$py" - "$out" "$n" "$(( $(date +%s) - start ))" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 out, n, seconds = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def recs(name):
     return {r['step']: r for r in map(json.loads, open(f'{out}/{name}/log.jsonl'))}
@@ -52,6 +57,8 @@ for recipe in ('bf16', 'ufp4'):
     print(f'{recipe}: {len(rel)} steps, loss 1 GPU {a[max(a)]["loss"]:.4f} vs {n} GPUs {b[max(b)]["loss"]:.4f} at step {max(a)}; '
           f'max |dL|/L {max(rel):.2e}, mean {statistics.mean(rel):.2e}; tokens/s per GPU: 1 GPU {per_gpu(a, 1):,.0f}, '
           f'{n} GPUs {per_gpu(b, n):,.0f} ({per_gpu(b, n) / per_gpu(a, 1):.3f})')
+if not os.path.exists(f'{out}/bf16-1gpu-plain/log.jsonl'):
+    sys.exit()
 plain = recs('bf16-1gpu-plain')
 print(f'bf16 plain one-GPU trainer (no FSDP): {per_gpu(plain, 1):,.0f} tokens/s; {n}-GPU FSDP per GPU / plain: '
       f'{per_gpu(recs(f"bf16-{n}gpu"), n) / per_gpu(plain, 1):.3f}')

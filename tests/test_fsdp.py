@@ -1,9 +1,11 @@
 """Sharded training on the CPU (gloo): train.py under `torchrun --nproc_per_node=2` against one
 process, sharded checkpoints across world sizes, --export, and plan.py's memory arithmetic.
 
-The comparisons start from a common checkpoint written by one process: a sharded model initializes
-each shard from its rank's generator (the CPU has no DTensor RNG tracker), so step 0 differs by
-design; from a common state on, one step is the same computation split differently. A step's
+Every rank initializes the whole model from the same seed, then keeps its shards (train.init=full,
+the default for models that fit), so a run starts from one process's weights at any world size; most
+comparisons below start from a common checkpoint anyway, so they also hold for train.init=sharded
+(each rank draws only its shards, on the CPU from its own generator). From a common state on, one
+step is the same computation split differently. A step's
 global batch is the same for 2 ranks x grad_accum 1 and 1 rank x grad_accum 2 (micro-batch i =
 micro-step * world + rank draws its windows and its stochastic rounding from (seed, step, i)),
 gradients are averaged with power-of-two divisions (exact), and the AdamW update is elementwise. What
@@ -64,6 +66,15 @@ def side(run_dir):
 
 
 # ----------------------------------------------------------------------------- FSDP2 == one process
+def test_fsdp_from_scratch_matches_one_process(data_dir, tmp_path):
+    """No common checkpoint: 2 ranks draw the whole model from the seed (train.init=auto -> full), so
+    their steps equal one process's (grad_accum 2, no clipping: bit-identical)."""
+    common = ['--train.max_steps=4', '--optim.grad_clip=0', '--train.ckpt_interval=-1']
+    train.main(args(TINY, data_dir, tmp_path / 'one', '--data.grad_accum=2', *common))
+    torchrun(args(TINY, data_dir, tmp_path / 'two', *common))
+    assert losses(tmp_path / 'two') == losses(tmp_path / 'one') and len(losses(tmp_path / 'one')) == 4
+
+
 RECIPES = {'bf16': [], 'ufp4': ['--quant.recipe=ufp4', '--optim.grad_clip=0']}
 
 
@@ -154,9 +165,9 @@ def test_export_and_sample(reference, data_dir, tmp_path, capsys):
 
 
 def test_sharded_init(data_dir, tmp_path):
-    """Weights initialized after sharding, on 2 ranks (one step at lr 0 writes them out): finite,
+    """train.init=sharded: weights initialized after sharding, on 2 ranks (one step at lr 0 writes them out): finite,
     with the initializer's spread, and no shard a copy of another (each rank draws its own)."""
-    torchrun(args(TINY, data_dir, tmp_path, '--train.max_steps=1', '--optim.lr=0'))
+    torchrun(args(TINY, data_dir, tmp_path, '--train.max_steps=1', '--optim.lr=0', '--train.init=sharded'))
     dcp_to_torch_save(tmp_path / 'ckpt-0000001', tmp_path / 'full.pt')
     model = torch.load(tmp_path / 'full.pt', weights_only=False)['model']
     std = train.get_config('tiny').init_std
