@@ -631,7 +631,7 @@ def _launch(kernel, grid, interpret: bool, options: dict, **params):
     if compiled is None:
         _COMPILED[key] = kernel[grid](**params, **options)
     else:
-        compiled[grid](*args)
+        compiled[grid + (1,) * (3 - len(grid))](*args)  # a compiled kernel takes a 3-D grid
 
 
 def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:

@@ -459,8 +459,11 @@ class QLinear(nn.Linear):
         dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
         with torch.autocast(dev, enabled=False):
             b = None if self.bias is None else self.bias.to(dtype)
+            # the layer name only when the monitor listens: read under torch.compile, it would be a
+            # guard that differs per block, and blocks compiled apart would recompile until the limit
+            layer = self.layer if MONITOR is not None else ""
             return _QLinearFn.apply(x.to(dtype), self.weight.to(dtype), b, self.recipe,
-                                    _signs(self.rht_seed, x.device), self.layer)
+                                    _signs(self.rht_seed, x.device), layer)
 
     def extra_repr(self):
         return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"

@@ -1023,3 +1023,24 @@ def test_convert_named_recipes():
     x = torch.randn(32, 32, requires_grad=True)  # 32 tokens: the wgrad block of mxfp4
     model.layers[0].attn.wq(x).sum().backward()
     assert x.grad is not None and model.layers[0].attn.wq.weight.grad is not None
+
+
+def test_blocks_compiled_apart_share_one_graph():
+    """Every transformer block compiled on its own (as bench/train_bench.py --compile blocks does):
+    the quantized linears must not make dynamo guard on anything that differs per block (such as
+    the layer name), or each block recompiles until the limit and the rest run eagerly."""
+    import torch._dynamo
+    from model import Transformer, get_config
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = quant.convert(Transformer(get_config("tiny", vocab_size=64, seq_len=16, n_layer=4)), quant.RECIPES["ufp4"])
+    assert len({blk.attn.wq.layer for blk in m.layers}) == 4  # the names differ per block
+    old = torch._dynamo.config.recompile_limit, torch._dynamo.config.fail_on_recompile_limit_hit
+    torch._dynamo.config.recompile_limit, torch._dynamo.config.fail_on_recompile_limit_hit = 2, True  # the RHT signs are made on the first call: one recompile
+    try:
+        for blk in m.layers:
+            blk.compile(backend="aot_eager")
+        m(torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16)))[1].backward()
+    finally:
+        torch._dynamo.config.recompile_limit, torch._dynamo.config.fail_on_recompile_limit_hit = old
+        torch._dynamo.reset()
