@@ -9,7 +9,9 @@ training loss over the last 10% of steps (--metric train). Seeds give several po
 Method (numpy only). C is divided by C0 = the geometric mean of the sweep's C for conditioning.
 1. Profile over E: for each E on a grid below min(L), log(L − E) = log A' − α·log(C/C0) is a line;
    a least-squares line gives A', α, and the E whose curve has the least squared error in L wins.
-2. Levenberg–Marquardt on (E, log A', α), minimizing the squared error in L (nonlinear least squares).
+2. Levenberg–Marquardt on (E, log A', α), minimizing the squared error in L (nonlinear least squares),
+   with every step projected onto E ≥ 0 (an irreducible loss cannot be negative; with few, short
+   runs the unconstrained optimum often is).
 3. Uncertainty: residual bootstrap (refit to fit + resampled residuals, scaled by √(n/(n−3))),
    500 draws by default (--boot); intervals are the 16–84th percentiles (±1σ). With 3 points the
    curve interpolates them and no interval is given. A = A'·C0^α is reported for C in FLOPs.
@@ -52,6 +54,7 @@ def _levenberg_marquardt(p, x, L, iters=200):
         JtJ = J.T @ J
         step = np.linalg.solve(JtJ + lam * np.diag(np.diag(JtJ) + 1e-12), -J.T @ r)
         new = p + step
+        new[0] = max(new[0], 0.0)  # E is an irreducible loss: projected onto E >= 0
         new_sse = np.sum((_predict(new, x) - L) ** 2)
         if new_sse < sse:
             p, sse, lam = new, new_sse, lam / 3
@@ -113,6 +116,8 @@ def load_points(sweep_dir: Path, metric: str) -> dict:
     points, missing = {}, []
     for run in json.loads(manifest.read_text())["runs"]:
         log = Path(run["dir"]) / "log.jsonl"
+        if not log.is_file():  # a sweep directory copied elsewhere: its runs sit beside sweep.json
+            log = sweep_dir / run["name"] / "log.jsonl"
         recs = [json.loads(s) for s in log.read_text().splitlines()] if log.is_file() else []
         if not recs or recs[-1]["step"] < run["steps"]:
             missing.append(run["name"])
