@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import moe
+import quant
 
 
 @dataclass(kw_only=True)
@@ -137,9 +138,10 @@ class Attention(nn.Module):
 
     def forward(self, x_BTD, cos_TE, sin_TE):
         B, T, _ = x_BTD.shape
-        q_BTHE = apply_rope(self.wq(x_BTD).view(B, T, self.n_head, self.head_dim), cos_TE, sin_TE)
-        k_BTKE = apply_rope(self.wk(x_BTD).view(B, T, self.n_kv_head, self.head_dim), cos_TE, sin_TE)
-        v_BTKE = self.wv(x_BTD).view(B, T, self.n_kv_head, self.head_dim)
+        q_BTD, k_BTD, v_BTD = quant.linears(x_BTD, self.wq, self.wk, self.wv)  # one GEMM when quantized
+        q_BTHE = apply_rope(q_BTD.view(B, T, self.n_head, self.head_dim), cos_TE, sin_TE)
+        k_BTKE = apply_rope(k_BTD.view(B, T, self.n_kv_head, self.head_dim), cos_TE, sin_TE)
+        v_BTKE = v_BTD.contiguous().view(B, T, self.n_kv_head, self.head_dim)  # not a view of q's storage
         # query head h attends with kv head h // (n_head / n_kv_head) (enable_gqa semantics)
         y_BHTE = F.scaled_dot_product_attention(
             q_BTHE.transpose(1, 2), k_BTKE.transpose(1, 2), v_BTKE.transpose(1, 2),
@@ -157,7 +159,8 @@ class MLP(nn.Module):
         self.w3 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
 
     def forward(self, x_BTD):
-        return self.w2(F.silu(self.w1(x_BTD)) * self.w3(x_BTD))
+        gate_BTF, up_BTF = quant.linears(x_BTD, self.w1, self.w3)
+        return self.w2(F.silu(gate_BTF) * up_BTF)
 
 
 def make_ffn(cfg: ModelConfig, layer_idx: int) -> nn.Module:

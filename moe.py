@@ -209,7 +209,8 @@ class SwiGLU(nn.Module):
         self.w3 = nn.Linear(d_model, hidden, bias=False)
 
     def forward(self, x_TD):
-        return self.w2(F.silu(self.w1(x_TD)) * self.w3(x_TD))
+        gate_TF, up_TF = quant.linears(x_TD, self.w1, self.w3)
+        return self.w2(F.silu(gate_TF) * up_TF)
 
 
 class GroupedExperts(nn.Module):

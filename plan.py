@@ -21,14 +21,16 @@ dim 0, padded to a multiple of N, so a GPU holds P/N and a little more.
                        the residual stream and norms fp32 = 4 bytes; D width, H heads, K kv heads
                        of width E, F the MLP width, k experts per token of width Fe, shared width Fs,
                        M ~ T k rows of the expert-sorted buffer):
-                         attention  4TD (norm input) + 3 x 2TD (its output cast for wq, wk, wv)
+                         attention  4TD (norm input) + 3 x 2TD (its output cast for wq, wk, wv;
+                                    1 x when a 4-bit recipe joins them, quant.linears, which keeps
+                                    their joined weight instead: 2(D + 2KE)D)
                                     + 2TD (q) + 2 x 2TKE (k, v) + 2TD (output, = wo's input) + 4TH
-                         MLP        4TD + 2 x 2TD (casts for w1, w3) + 4 x 2TF (w1 x, silu, w3 x,
-                                    their product)
+                         MLP        4TD + 2 x 2TD (casts for w1, w3; 1 x joined, + 2 x 2FD for
+                                    the joined weight) + 4 x 2TF (w1 x, silu, w3 x, their product)
                          MoE        4TD + 4TD (fp32 router input) + 4TE (scores) + 4TkD (the
                                     copies of each token, fp32, kept by index_copy) + 2MD (sorted
                                     tokens) + 4 x 2MFe + 4TkD (the experts' outputs, fp32, kept to
-                                    weight them) + shared experts 2 x 2TD + 4 x 2TFs
+                                    weight them) + shared experts 2 x 2TD (1 x joined) + 4 x 2TFs
                        With activation checkpointing only each block's input is kept, 4TD.
   LM head              fp32 log-probabilities 4TV kept, plus at their peak the bf16 logits, their
                        fp32 copy and the gradient: 2 + 4 + 4 bytes x TV
@@ -53,6 +55,7 @@ from dataclasses import dataclass
 import torch
 
 import moe
+import quant
 import train
 
 GB = 1e9
@@ -94,19 +97,31 @@ def shard_numel(p, n: int) -> int:
     return math.ceil(rows / n) * (p.numel() // max(rows, 1))
 
 
-def block_activations(mcfg, ffn, T: int, a: int, r: int = 4) -> dict:
-    """Bytes autograd keeps for one block's backward (module docstring); a = activation bytes."""
+def joined(block) -> tuple:
+    """Whether quant.linears runs (wq, wk, wv) and the MLP's or shared experts' (w1, w3) as one GEMM."""
+    mlp = block.ffn.shared if isinstance(block.ffn, moe.MoE) else block.ffn
+    return (quant._joinable([block.attn.wq, block.attn.wk, block.attn.wv]),
+            mlp is not None and quant._joinable([mlp.w1, mlp.w3]))
+
+
+def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (False, False)) -> dict:
+    """Bytes autograd keeps for one block's backward (module docstring); a = activation bytes;
+    joins = joined(block): linears of one input that run as one GEMM keep one cast of it."""
     D, H, K, E = mcfg.d_model, mcfg.n_head, mcfg.n_kv_head, mcfg.head_dim
     cast = a != r  # under bf16 autocast every linear keeps its own bf16 copy of the fp32 norm output
-    attn = r * T * D + (3 * a if cast else r) * T * D + 2 * a * T * D + 2 * a * T * K * E + 4 * T * H + 4 * T
+    casts_attn, casts_mlp = (1 if joins[0] else 3), (1 if joins[1] else 2)
+    attn = r * T * D + (casts_attn * a if cast else r) * T * D + 2 * a * T * D + 2 * a * T * K * E + 4 * T * H + 4 * T
+    attn += a * (D + 2 * K * E) * D if joins[0] else 0  # the joined weight, kept for the backward
     if not isinstance(ffn, moe.MoE):
-        mlp = r * T * D + (2 * a if cast else r) * T * D + 4 * a * T * mcfg.ffn_hidden + 4 * T
+        mlp = r * T * D + (casts_mlp * a if cast else r) * T * D + 4 * a * T * mcfg.ffn_hidden + 4 * T
+        mlp += a * 2 * mcfg.ffn_hidden * D if joins[1] else 0
         return {'attention': attn, 'ffn': mlp}
     m, k = ffn.cfg, ffn.cfg.top_k
     M = -(-(T * k + 15 * m.n_routed_experts) // 16) * 16  # moe.dispatch: groups padded to 16 rows
     routing = 4 * T * m.n_routed_experts + 28 * T * k  # scores; ids, rows and weights per (token, slot)
     experts = r * T * k * D + a * M * D + 4 * a * M * m.expert_hidden + 4 * T * k * D
-    shared = (2 * a * T * D if cast else 0) + 4 * a * T * m.n_shared_experts * m.expert_hidden
+    shared = (casts_mlp * a * T * D if cast else 0) + 4 * a * T * m.n_shared_experts * m.expert_hidden
+    shared += a * 2 * m.n_shared_experts * m.expert_hidden * D if joins[1] else 0
     return {'attention': attn, 'ffn': 2 * r * T * D + 4 * T + routing + experts + shared}
 
 
@@ -120,7 +135,7 @@ def memory(s: Setup, B: int, ac: bool, n: int) -> dict:
     """Bytes per GPU by kind, for micro-batch B, activation checkpointing on or off, n GPUs."""
     T, a, params = B * s.mcfg.seq_len, s.act_bytes, list(s.model.parameters())
     shard = sum(shard_numel(p, n) for p in params)
-    per_block = [sum(block_activations(s.mcfg, b.ffn, T, a).values()) for b in s.model.layers]
+    per_block = [sum(block_activations(s.mcfg, b.ffn, T, a, joins=joined(b)).values()) for b in s.model.layers]
     return {
         'weights (fp32 shard)': 4 * shard,
         'gradients (fp32 shard)': 4 * shard,

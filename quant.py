@@ -443,6 +443,15 @@ def _signs(seed, device):
     return _SIGNS[key]
 
 
+def _qlinear(x, weight, bias, recipe, rht_seed, layer):
+    """x·weightᵀ + bias through _QLinearFn, in the autocast dtype (autocast itself off inside)."""
+    dev = x.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+    with torch.autocast(dev, enabled=False):
+        b = None if bias is None else bias.to(dtype)
+        return _QLinearFn.apply(x.to(dtype), weight.to(dtype), b, recipe, _signs(rht_seed, x.device), layer)
+
+
 class QLinear(nn.Linear):
     """nn.Linear whose three training GEMMs follow a Recipe. Bias stays high precision."""
 
@@ -455,18 +464,44 @@ class QLinear(nn.Linear):
     def forward(self, x):
         if not self.recipe.quantized():
             return F.linear(x, self.weight, self.bias)
-        dev = x.device.type
-        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
-        with torch.autocast(dev, enabled=False):
-            b = None if self.bias is None else self.bias.to(dtype)
-            # the layer name only when the monitor listens: read under torch.compile, it would be a
-            # guard that differs per block, and blocks compiled apart would recompile until the limit
-            layer = self.layer if MONITOR is not None else ""
-            return _QLinearFn.apply(x.to(dtype), self.weight.to(dtype), b, self.recipe,
-                                    _signs(self.rht_seed, x.device), layer)
+        # the layer name only when the monitor listens: read under torch.compile, it would be a
+        # guard that differs per block, and blocks compiled apart would recompile until the limit
+        return _qlinear(x, self.weight, self.bias, self.recipe, self.rht_seed,
+                        self.layer if MONITOR is not None else "")
 
     def extra_repr(self):
         return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"
+
+
+def _joinable(layers) -> bool:
+    """Whether linears that read one input can run as one GEMM over their weights joined along N:
+    QLinears of one quantized recipe and RHT seed, no role with e4m3 scales (its tensor scale would
+    then span the joined weight, not each), every output width a whole number of blocks (so no block
+    or RHT group of dY or of a weight column spans two layers), and the monitor off (it reports per
+    layer). Then every block of every operand is the one the separate layers quantize."""
+    first = layers[0]
+    if MONITOR is not None or not all(isinstance(layer, QLinear) for layer in layers):
+        return False
+    recipe = first.recipe
+    if not recipe.quantized() or any(m.recipe is not recipe or m.rht_seed != first.rht_seed for m in layers):
+        return False
+    specs = [s for s in recipe.specs().values() if s is not None]
+    return all(s.scale != "e4m3" for s in specs) and \
+        all(m.out_features % max(s.block, 16) == 0 for m in layers for s in specs)
+
+
+def linears(x, *layers):
+    """(layer(x) for layer in layers) for linears that read the same x (q, k, v; w1, w3). Quantized
+    ones that can (_joinable) run as one GEMM over their weights joined along N, so x is quantized
+    once per role instead of once per layer and the backward makes one dX GEMM. The blocks are the
+    same as apart; the sums of the dX GEMM and the stochastic-rounding draws are grouped differently."""
+    if len(layers) < 2 or not _joinable(layers):
+        return tuple(layer(x) for layer in layers)
+    weight = torch.cat([m.weight for m in layers])
+    bias = None if all(m.bias is None for m in layers) else torch.cat(
+        [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
+    y = _qlinear(x, weight, bias, layers[0].recipe, layers[0].rht_seed, "")
+    return y.split([m.out_features for m in layers], dim=-1)
 
 
 def convert(model: nn.Module, recipe) -> nn.Module:

@@ -1044,3 +1044,43 @@ def test_blocks_compiled_apart_share_one_graph():
     finally:
         torch._dynamo.config.recompile_limit, torch._dynamo.config.fail_on_recompile_limit_hit = old
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name,joined", [("ufp4", True), ("e2m1", True), ("mxfp4", True), ("nvfp4", False),
+                                         ("ufp4-nv", False), ("bf16", False)])
+def test_linears_of_one_input_join_into_one_gemm(name, joined, monkeypatch):
+    """quant.linears(x, q, k, v) equals the three layers apart (deterministic rounding: outputs and
+    weight gradients to fp32 rounding; dX is one GEMM instead of a sum of three), and runs as one
+    GEMM exactly when the recipe allows (no e4m3 tensor scale spanning the joined weight)."""
+    recipe = quant.recipe_from_overrides(name, **({"sr": "none"} if quant.RECIPES[name].quantized() else {}))
+    torch.manual_seed(0)
+    layers = [quant.QLinear(64, n, bias=False, recipe=recipe) for n in (64, 32, 32)]
+    calls = []
+    apply = quant._QLinearFn.apply
+    monkeypatch.setattr(quant._QLinearFn, "apply", lambda *a: calls.append(1) or apply(*a))
+    x = torch.randn(2, 16, 64, requires_grad=True)
+    ys = quant.linears(x, *layers)
+    assert len(calls) == (1 if joined else (3 if recipe.quantized() else 0))
+    g = [torch.randn_like(y) for y in ys]
+    dx, *dw = torch.autograd.grad(ys, [x] + [m.weight for m in layers], g)
+    x2 = x.detach().clone().requires_grad_()
+    ys2 = [m(x2) for m in layers]
+    dx2, *dw2 = torch.autograd.grad(ys2, [x2] + [m.weight for m in layers], g)
+    for a, b in zip(list(ys) + dw + [dx], ys2 + dw2 + [dx2]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_linears_stay_apart_when_they_cannot_join():
+    """Output widths that are not whole blocks, different recipes, or the monitor listening: apart."""
+    r = quant.RECIPES["ufp4"]
+    odd = [quant.QLinear(32, 24, bias=False, recipe=r), quant.QLinear(32, 16, bias=False, recipe=r)]
+    mixed = [quant.QLinear(32, 16, bias=False, recipe=r), quant.QLinear(32, 16, bias=False, recipe=quant.RECIPES["e2m1"])]
+    plain = [torch.nn.Linear(32, 16, bias=False), quant.QLinear(32, 16, bias=False, recipe=r)]
+    assert not any(quant._joinable(ls) for ls in (odd, mixed, plain))
+    ok = [quant.QLinear(32, 16, bias=False, recipe=r), quant.QLinear(32, 32, bias=False, recipe=r)]
+    assert quant._joinable(ok)
+    quant.MONITOR = lambda *a, **k: None
+    try:
+        assert not quant._joinable(ok)
+    finally:
+        quant.MONITOR = None
