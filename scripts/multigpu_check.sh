@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # FSDP2 on NGPU GPUs of one host against one GPU, with the same global batch (eager, no checkpoints
 # unless needed):
+#   (the config's schedule: its 500 warmup steps keep the first 50 steps stable, so the runs compare
+#   the arithmetic, not how an unstable start amplifies rounding; the results of 2026-11-30 in
+#   bench/results/ were made with a 10-step warmup instead)
 #   1. dense-1.5b under bf16 and ufp4 for STEPS steps on 1 GPU (torchrun, FSDP2, grad_accum = NGPU;
 #      the two recipes side by side on GPUs 0 and 1) and on NGPU GPUs (grad_accum 1): the losses of
 #      every step compared, and tokens/s per GPU (median after step 10) at NGPU over 1 GPU;
@@ -19,7 +22,7 @@ run() {  # run NPROC GPUS OUT_DIR ARGS...: torchrun on the given GPUs
     local nproc=$1 gpus=$2 dir=$3; shift 3
     CUDA_VISIBLE_DEVICES=$gpus "$py" -m torch.distributed.run --standalone --nproc_per_node="$nproc" \
         train.py configs/dense-1.5b.toml --data.dir="$data" --train.max_steps="$steps" --train.compile=false \
-        --train.eval_interval=100000 --data.eval_batches=1 --train.ckpt_interval=-1 --optim.warmup_steps=10 \
+        --train.eval_interval=100000 --data.eval_batches=1 --train.ckpt_interval=-1 \
         --log.out_dir="$out/$dir" "$@" > "$out/$dir.out" 2>&1
 }
 all=$(seq -s, 0 $((n - 1)))
