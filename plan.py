@@ -31,6 +31,8 @@ dim 0, padded to a multiple of N, so a GPU holds P/N and a little more.
                                     copies of each token, fp32, kept by index_copy) + 2MD (sorted
                                     tokens) + 4 x 2MFe + 4TkD (the experts' outputs, fp32, kept to
                                     weight them) + shared experts 2 x 2TD (1 x joined) + 4 x 2TFs
+                       With recipe.pack_saved the quantized linears keep their input as codes + scales
+                       (0.5 + scale bytes / block per element) in place of the casts and w2's input.
                        With activation checkpointing only each block's input is kept, 4TD.
   LM head              fp32 log-probabilities 4TV kept, plus at their peak the bf16 logits, their
                        fp32 copy and the gradient: 2 + 4 + 4 bytes x TV
@@ -104,24 +106,40 @@ def joined(block) -> tuple:
             mlp is not None and quant._joinable([mlp.w1, mlp.w3]))
 
 
-def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (False, False)) -> dict:
+def packed_bytes(recipe) -> float:
+    """Bytes per element of X kept as codes + scales (recipe.pack_saved, quant._packs), else 0."""
+    if not quant._packs(recipe):
+        return 0.0
+    s = recipe.wgrad_x
+    return 0.5 + (4 if s.scale == "fp32" else 1) / s.block
+
+
+def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (False, False),
+                      packed: float = 0.0) -> dict:
     """Bytes autograd keeps for one block's backward (module docstring); a = activation bytes;
-    joins = joined(block): linears of one input that run as one GEMM keep one cast of it."""
+    joins = joined(block): linears of one input that run as one GEMM keep one cast of it; packed =
+    packed_bytes(recipe): the quantized linears keep their input as that many bytes per element
+    (the casts and w2's input are then freed; wo's input stays, kept by the attention)."""
     D, H, K, E = mcfg.d_model, mcfg.n_head, mcfg.n_kv_head, mcfg.head_dim
+    F = mcfg.ffn_hidden
     cast = a != r  # under bf16 autocast every linear keeps its own bf16 copy of the fp32 norm output
     casts_attn, casts_mlp = (1 if joins[0] else 3), (1 if joins[1] else 2)
-    attn = r * T * D + (casts_attn * a if cast else r) * T * D + 2 * a * T * D + 2 * a * T * K * E + 4 * T * H + 4 * T
+    kept_in = lambda n: n * packed if packed else (n * a if cast else r)  # noqa: E731 (per T x D)
+    attn = r * T * D + kept_in(casts_attn) * T * D + 2 * a * T * D + 2 * a * T * K * E + 4 * T * H + 4 * T
     attn += a * (D + 2 * K * E) * D if joins[0] else 0  # the joined weight, kept for the backward
+    attn += packed * T * D  # wo's input, packed beside the attention's own copy
     if not isinstance(ffn, moe.MoE):
-        mlp = r * T * D + (casts_mlp * a if cast else r) * T * D + 4 * a * T * mcfg.ffn_hidden + 4 * T
-        mlp += a * 2 * mcfg.ffn_hidden * D if joins[1] else 0
+        mlp = r * T * D + kept_in(casts_mlp) * T * D + (3 * a + (packed or a)) * T * F + 4 * T
+        mlp += a * 2 * F * D if joins[1] else 0
         return {'attention': attn, 'ffn': mlp}
     m, k = ffn.cfg, ffn.cfg.top_k
+    Fs = m.n_shared_experts * m.expert_hidden
     M = -(-(T * k + 15 * m.n_routed_experts) // 16) * 16  # moe.dispatch: groups padded to 16 rows
     routing = 4 * T * m.n_routed_experts + 28 * T * k  # scores; ids, rows and weights per (token, slot)
     experts = r * T * k * D + a * M * D + 4 * a * M * m.expert_hidden + 4 * T * k * D
-    shared = (casts_mlp * a * T * D if cast else 0) + 4 * a * T * m.n_shared_experts * m.expert_hidden
-    shared += a * 2 * m.n_shared_experts * m.expert_hidden * D if joins[1] else 0
+    shared_in = casts_mlp * (packed or (a if cast else 0)) * T * D  # fp32: the router's input is X
+    shared = shared_in + (3 * a + (packed or a)) * T * Fs if Fs else 0
+    shared += a * 2 * Fs * D if joins[1] else 0
     return {'attention': attn, 'ffn': 2 * r * T * D + 4 * T + routing + experts + shared}
 
 
@@ -135,7 +153,8 @@ def memory(s: Setup, B: int, ac: bool, n: int) -> dict:
     """Bytes per GPU by kind, for micro-batch B, activation checkpointing on or off, n GPUs."""
     T, a, params = B * s.mcfg.seq_len, s.act_bytes, list(s.model.parameters())
     shard = sum(shard_numel(p, n) for p in params)
-    per_block = [sum(block_activations(s.mcfg, b.ffn, T, a, joins=joined(b)).values()) for b in s.model.layers]
+    per_block = [sum(block_activations(s.mcfg, b.ffn, T, a, joins=joined(b), packed=packed_bytes(s.recipe)).values())
+                 for b in s.model.layers]
     return {
         'weights (fp32 shard)': 4 * shard,
         'gradients (fp32 shard)': 4 * shard,

@@ -274,6 +274,8 @@ class Recipe:
     bf16_last: float = 0    # or a fraction of the blocks (float < 1); the same at the end
     rht_seed: int = 0
     rht_resample: bool = False  # a fresh sign vector every step (same on every rank)
+    pack_saved: bool = False    # keep X for wgrad as its 4-bit codes + scales (quantized in the forward)
+                                # instead of the bf16 X: less activation memory, a dequantization more
 
     def specs(self) -> dict:
         return {r: getattr(self, r) for r in ROLES}
@@ -305,7 +307,7 @@ RECIPES = {  # RECIPES.md §7
     "ufp4-nv": _recipe("e1m2", 16, "e4m3", ALL_GEMMS),
 }
 _SPEC_KEYS = ("grid", "block", "scale", "max_level", "block_2d")
-_OVERRIDE_KEYS = _SPEC_KEYS + ("rht", "sr", "bf16_first", "bf16_last", "rht_seed", "rht_resample")
+_OVERRIDE_KEYS = _SPEC_KEYS + ("rht", "sr", "bf16_first", "bf16_last", "rht_seed", "rht_resample", "pack_saved")
 
 
 def _parse(key, value, kind):
@@ -351,7 +353,7 @@ def recipe_from_overrides(name: str, **overrides) -> Recipe:
         _choice("quant override key", key, _OVERRIDE_KEYS)
     types = {"grid": str, "block": int, "scale": str, "max_level": float, "block_2d": bool}
     spec_kw = {k: _parse(k, v, types[k]) for k, v in overrides.items() if k in _SPEC_KEYS}
-    if (spec_kw or "rht" in overrides or "sr" in overrides) and not recipe.quantized():
+    if (spec_kw or {"rht", "sr", "pack_saved"} & set(overrides)) and not recipe.quantized():
         raise ValueError(f"recipe {name!r} quantizes nothing, so {sorted(overrides)} cannot apply; "
                          "start from a 4-bit recipe such as ufp4")
     rht_roles = _role_set("rht", overrides["rht"]) if "rht" in overrides else None
@@ -369,7 +371,7 @@ def recipe_from_overrides(name: str, **overrides) -> Recipe:
         if kw.get("rht") or kw.get("block", 16) != 16:
             kw.setdefault("block_2d", False)
         setattr(recipe, role, dataclasses.replace(spec, **kw))
-    for key, kind in (("rht_seed", int), ("rht_resample", bool)):
+    for key, kind in (("rht_seed", int), ("rht_resample", bool), ("pack_saved", bool)):
         if key in overrides:
             setattr(recipe, key, _parse(key, overrides[key], kind))
     for key in ("bf16_first", "bf16_last"):
@@ -406,8 +408,27 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=
     return qa, qb
 
 
+def _quantize_any(x, spec, dim, signs) -> QTensor:
+    """quantize(), through the Triton kernel where fake_quantize would use it (same codes and scales)."""
+    if not _use_kernels(x):
+        return quantize(x, spec, dim, signs=signs)
+    import kernels
+    codes, scales, t, _ = kernels.quantize(x.contiguous(), levels=spec.levels, block=spec.block,
+                                           scale_mode=spec.scale, rht_signs=signs if spec.rht else None,
+                                           block_2d=spec.block_2d, dim=dim, want_dequant=False)
+    return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, signs if spec.rht else None)
+
+
+def _packs(recipe) -> bool:
+    """recipe.pack_saved applies: X for wgrad is quantized deterministically (RTNE) and no monitor
+    needs X itself; the codes then dequantize to exactly the operand the backward would make."""
+    s = recipe.wgrad_x
+    return recipe.pack_saved and s is not None and s.rounding == "rtne" and MONITOR is None
+
+
 class _QLinearFn(torch.autograd.Function):
-    """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6)."""
+    """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
+    X is kept for the backward as is, or (recipe.pack_saved) as its wgrad operand's codes + scales."""
 
     @staticmethod
     def forward(ctx, x, w, bias, recipe, signs, layer=""):
@@ -416,21 +437,37 @@ class _QLinearFn(torch.autograd.Function):
         y = qx @ qw.t()                                                 # [M, N]
         if bias is not None:
             y = y + bias
-        ctx.save_for_backward(x2, w)
+        ctx.packed = None
+        if _packs(recipe):
+            qt = _quantize_any(x2, recipe.wgrad_x, 0, signs)
+            ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs, x2.shape)
+            ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, w)
+        else:
+            ctx.save_for_backward(x2, w)
         ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer = recipe, signs, bias is not None, layer
         return y.reshape(*x.shape[:-1], w.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
-        x2, w = ctx.saved_tensors
         r, signs = ctx.recipe, ctx.signs
-        dy2 = dy.reshape(-1, dy.shape[-1]).to(x2.dtype)                 # [M, N]
+        if ctx.packed is None:
+            x2, w = ctx.saved_tensors
+        else:
+            codes, scales, t, w = ctx.saved_tensors
+            spec, dim, dtype, qsigns, x_shape = ctx.packed
+            qt = QTensor(codes, scales, t, spec, dim, dtype, qsigns)
+        dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)                  # [M, N]
         qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
         dx = qdy @ qw                                                   # [M, K]
-        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
+        if ctx.packed is None:
+            qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
+        else:  # the same keep_rotated rule as _gemm_operands
+            both = r.wgrad_dy is not None and r.wgrad_dy.rht and spec.rht
+            qdy = dy2 if r.wgrad_dy is None else fake_quantize(dy2, r.wgrad_dy, 0, signs=signs, keep_rotated=both)
+            qx = qt.dequantize(keep_rotated=both)
         dw = qdy.t() @ qx                                               # [N, K]
         db = dy2.sum(0) if ctx.has_bias else None
-        return dx.reshape(*dy.shape[:-1], x2.shape[-1]), dw, db, None, None, None
+        return dx.reshape(*dy.shape[:-1], dx.shape[-1]), dw, db, None, None, None
 
 
 _SIGNS = {}

@@ -242,8 +242,9 @@ def saved_by_autograd(model, x, bf16):
     return sum(seen.values())
 
 
+@pytest.mark.parametrize('pack', [False, True])
 @pytest.mark.parametrize('preset,bf16', [('tiny', False), ('tiny', True), ('moe-tiny', False), ('moe-tiny', True)])
-def test_plan_activations_match_autograd(preset, bf16):
+def test_plan_activations_match_autograd(preset, bf16, pack):
     """plan.py's per-block formulas against what autograd really keeps, under FSDP2 in one process
     (fp32, and bf16 autocast with bf16 gathered weights). The CPU's RMSNorm also keeps the
     normalized input (4TD per norm; the fused CUDA kernel does not): added here."""
@@ -251,13 +252,15 @@ def test_plan_activations_match_autograd(preset, bf16):
     try:
         cfg = train.Config()
         cfg.model.preset, cfg.quant.recipe = preset, 'ufp4'
+        cfg.quant.overrides = {'pack_saved': str(pack).lower()}
         cfg.model.overrides = dict(vocab_size=VOCAB, seq_len=32, n_layer=3, d_model=128, n_head=8, n_kv_head=2)
         mcfg, recipe = train.resolve(cfg)
         model, _ = train.parallelize(train.build_model(mcfg, recipe, torch.device('meta')), cfg, 'fsdp',
                                      torch.device('cpu'), bf16)
         B, T, a = 4, 4 * 32, 2 if bf16 else 4
         got = saved_by_autograd(model, torch.randint(0, VOCAB, (B, 32)), bf16)
-        want = (sum(sum(plan.block_activations(mcfg, b.ffn, T, a, joins=plan.joined(b)).values()) for b in model.layers)
+        want = (sum(sum(plan.block_activations(mcfg, b.ffn, T, a, joins=plan.joined(b),
+                                                packed=plan.packed_bytes(recipe)).values()) for b in model.layers)
                 + plan.head_activations(mcfg, T, a) + (2 * mcfg.n_layer + 1) * 4 * T * mcfg.d_model)
         assert want == pytest.approx(got, rel=0.01)
     finally:

@@ -316,3 +316,25 @@ def test_fast_launch_gives_the_same_bits(sr):
             for f, s, what in zip(fast, slow, ("codes", "scales", "tensor scale", "dequant")):
                 assert_same_bits(f, s, f"{what} dim={dim} {tuple(x.shape)} seed={seed}")
     assert len(kernels._COMPILED) > 0
+
+
+@pytest.mark.parametrize("name", ["ufp4", "nvfp4", "mxfp4"])
+def test_pack_saved_through_the_kernels(name):
+    """recipe.pack_saved with the Triton quantizer: X kept as the kernel's codes + scales gives the
+    same dX and dW bits as X kept whole (quant.QTensor.dequantize of the kernel's codes = its dequant)."""
+    quant.set_backend("triton")
+    try:
+        grads = []
+        for pack in ("false", "true"):
+            recipe = quant.recipe_from_overrides(name, pack_saved=pack)
+            torch.manual_seed(0)
+            lin = quant.QLinear(64, 64, bias=False, recipe=recipe, device=DEV)
+            x = torch.randn(2, 32, 64, device=DEV).bfloat16().requires_grad_()
+            torch.manual_seed(1)
+            y = lin(x)
+            y.backward(torch.ones_like(y))
+            grads.append((x.grad, lin.weight.grad))
+        for a, b in zip(*grads):
+            assert torch.equal(a, b)
+    finally:
+        quant.set_backend("auto")

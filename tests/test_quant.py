@@ -1084,3 +1084,31 @@ def test_linears_stay_apart_when_they_cannot_join():
         assert not quant._joinable(ok)
     finally:
         quant.MONITOR = None
+
+
+@pytest.mark.parametrize("name", ["ufp4", "e2m1", "mxfp4", "nvfp4", "ufp4-nv"])
+def test_pack_saved_gives_the_same_gradients_from_4_bits(name):
+    """recipe.pack_saved keeps X for wgrad as codes + scales: dX, dW, db are bit-identical to keeping
+    X (stochastic rounding of dY included: the draws come in the same order), and the backward keeps
+    fewer bytes."""
+    def run(pack):
+        recipe = quant.recipe_from_overrides(name, pack_saved=str(pack).lower())
+        torch.manual_seed(0)
+        lin = quant.QLinear(64, 64, bias=True, recipe=recipe)
+        x = torch.randn(3, 32, 64, requires_grad=True)
+        kept = {}
+
+        def pack_hook(t):
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack_hook, lambda t: t):
+            y = lin(x)
+        torch.manual_seed(1)
+        y.backward(torch.randn_like(y))
+        return [x.grad, lin.weight.grad, lin.bias.grad], sum(kept.values()) - 4 * 64 * 64
+    (apart, n_x), (packed, n_p) = run(False), run(True)
+    for a, b in zip(apart, packed):
+        assert torch.equal(a, b)
+    assert n_p < n_x / 2  # fp32 X (4 bytes) against 0.5 + (scale bytes) / block
+    with pytest.raises(ValueError, match="quantizes nothing"):
+        quant.recipe_from_overrides("bf16", pack_saved="true")
