@@ -411,6 +411,11 @@ _AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1)}
 _AMAX_PROGRAMS_PER_SM = 8
 
 
+def _cdiv(a: int, b: int) -> int:  # on the host: triton.cdiv is a jit function, slow to call here
+    return -(-a // b)
+
+
+@functools.lru_cache(maxsize=None)
 def _grid_params(levels) -> tuple:
     """(uniform, step) for the kernel's rounding; the grid must be one the bit tricks cover."""
     lv = tuple(float(v) for v in levels)
@@ -426,6 +431,7 @@ def _grid_params(levels) -> tuple:
                      f"prefix of E2M1 {E2M1_LEVELS}; got levels {lv}. Use the PyTorch reference (quant.py).")
 
 
+@functools.lru_cache(maxsize=None)
 def _f32_bits(v: float) -> int:
     return struct.unpack("<i", struct.pack("<f", v))[0]
 
@@ -477,13 +483,13 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         block, nw = tile or tiles["flat"]
         if block & (block - 1):
             raise ValueError(f"amax tile {tile}: BLOCK must be a power of two")
-        grid = (min(triton.cdiv(x.numel(), block), programs),)
+        grid = (min(_cdiv(x.numel(), block), programs),)
         _amax_kernel[grid](x.view(torch.int16 if bf16 else torch.int32), amax, x.numel(), BLOCK=block,
                            MASK=0x7FFF if bf16 else 0x7FFFFFFF, INF=0x7F80 if bf16 else 0x7F800000,
                            SHIFT=16 if bf16 else 0, I64=i64, num_warps=nw)
     else:
         bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
-        grid = (min(triton.cdiv(K // 16, ng) * triton.cdiv(M, bm), programs),)
+        grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         _amax_rht_kernel[grid](x.view(torch.int16) if interpret and bf16 else x, signs, amax, M, K, BM=bm,
                                NG=ng, COLWISE=colwise, I64=i64, X_BITS=interpret and bf16, num_warps=nw,
                                enable_fp_fusion=False)
@@ -559,7 +565,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     out_dtype = out_dtype or x.dtype
     colwise, kq = _check(x, levels, block, scale_mode, rht_signs, block_2d, dim, out_dtype, want_codes,
                          want_dequant)
-    uniform, step = _grid_params(levels)
+    uniform, step = _grid_params(tuple(levels))
     g_max = float(levels[-1])
     bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile)
     M, K = _view_mk(x, kq, colwise, block_2d)
@@ -582,7 +588,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     xk = x.view(torch.int16) if x_bits else x
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
     amax = tscale
-    grid = (triton.cdiv(K // 16, ng), triton.cdiv(M, bm))
+    grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
     common = dict(BM=bm, NG=ng, COLWISE=colwise, I64=x.numel() >= 2**31, RHT=rht_signs is not None,
                   X_BITS=x_bits, num_warps=nw, enable_fp_fusion=False)
     if scale_mode == "e4m3":  # a first pass over x: the tensor amax must be known before any block scale

@@ -82,10 +82,13 @@ class QuantSpec:
             _choice(f"max_level for grid {self.grid}", self.max_level, GRIDS[self.grid][1:])
         if self.block_2d and (self.block != 16 or self.rht):
             raise ValueError("block_2d (16x16 weight tiles) needs block=16 and rht=False")
+        # asked for on every quantize call: computed once (not a field: eq and hash ignore it)
+        levels = tuple(v for v in GRIDS[self.grid] if self.max_level is None or v <= self.max_level)
+        object.__setattr__(self, "_levels", levels)
 
     @property
     def levels(self) -> tuple:
-        return tuple(v for v in GRIDS[self.grid] if self.max_level is None or v <= self.max_level)
+        return self._levels
 
     @property
     def g_max(self) -> float:
