@@ -106,20 +106,22 @@ def joined(block) -> tuple:
             mlp is not None and quant._joinable([mlp.w1, mlp.w3]))
 
 
-def packed_bytes(recipe) -> float:
-    """Bytes per element of X kept as codes + scales (recipe.pack_saved, quant._packs), else 0."""
-    if not quant._packs(recipe):
+def packed_bytes(recipe, experts: bool = False) -> float:
+    """Bytes per element of X kept as codes + scales (recipe.pack_saved: quant._packs, moe._packs for
+    the routed experts' grouped GEMMs), else 0."""
+    if not (moe._packs(recipe) if experts else quant._packs(recipe)):
         return 0.0
     s = recipe.wgrad_x
     return 0.5 + (4 if s.scale == "fp32" else 1) / s.block
 
 
 def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (False, False),
-                      packed: float = 0.0) -> dict:
+                      packed: float = 0.0, packed_experts: float = 0.0) -> dict:
     """Bytes autograd keeps for one block's backward (module docstring); a = activation bytes;
     joins = joined(block): linears of one input that run as one GEMM keep one cast of it; packed =
     packed_bytes(recipe): the quantized linears keep their input as that many bytes per element
-    (the casts and w2's input are then freed; wo's input stays, kept by the attention)."""
+    (the casts and w2's input are then freed; wo's input stays, kept by the attention);
+    packed_experts = packed_bytes(recipe, experts=True), the same for the routed experts."""
     D, H, K, E = mcfg.d_model, mcfg.n_head, mcfg.n_kv_head, mcfg.head_dim
     F = mcfg.ffn_hidden
     cast = a != r  # under bf16 autocast every linear keeps its own bf16 copy of the fp32 norm output
@@ -136,7 +138,8 @@ def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (Fal
     Fs = m.n_shared_experts * m.expert_hidden
     M = -(-(T * k + 15 * m.n_routed_experts) // 16) * 16  # moe.dispatch: groups padded to 16 rows
     routing = 4 * T * m.n_routed_experts + 28 * T * k  # scores; ids, rows and weights per (token, slot)
-    experts = r * T * k * D + a * M * D + 4 * a * M * m.expert_hidden + 4 * T * k * D
+    pe = packed_experts or a  # the sorted tokens and w2's input, kept whole or packed
+    experts = r * T * k * D + pe * M * D + (3 * a + pe) * M * m.expert_hidden + 4 * T * k * D
     shared_in = casts_mlp * (packed or (a if cast else 0)) * T * D  # fp32: the router's input is X
     shared = shared_in + (3 * a + (packed or a)) * T * Fs if Fs else 0
     shared += a * 2 * Fs * D if joins[1] else 0
@@ -153,7 +156,8 @@ def memory(s: Setup, B: int, ac: bool, n: int) -> dict:
     """Bytes per GPU by kind, for micro-batch B, activation checkpointing on or off, n GPUs."""
     T, a, params = B * s.mcfg.seq_len, s.act_bytes, list(s.model.parameters())
     shard = sum(shard_numel(p, n) for p in params)
-    per_block = [sum(block_activations(s.mcfg, b.ffn, T, a, joins=joined(b), packed=packed_bytes(s.recipe)).values())
+    per_block = [sum(block_activations(s.mcfg, b.ffn, T, a, joins=joined(b), packed=packed_bytes(s.recipe),
+                                       packed_experts=packed_bytes(s.recipe, True)).values())
                  for b in s.model.layers]
     return {
         'weights (fp32 shard)': 4 * shard,

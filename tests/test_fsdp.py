@@ -259,8 +259,9 @@ def test_plan_activations_match_autograd(preset, bf16, pack):
                                      torch.device('cpu'), bf16)
         B, T, a = 4, 4 * 32, 2 if bf16 else 4
         got = saved_by_autograd(model, torch.randint(0, VOCAB, (B, 32)), bf16)
-        want = (sum(sum(plan.block_activations(mcfg, b.ffn, T, a, joins=plan.joined(b),
-                                                packed=plan.packed_bytes(recipe)).values()) for b in model.layers)
+        want = (sum(sum(plan.block_activations(mcfg, b.ffn, T, a, joins=plan.joined(b), packed=plan.packed_bytes(recipe),
+                                                packed_experts=plan.packed_bytes(recipe, True)).values())
+                    for b in model.layers)
                 + plan.head_activations(mcfg, T, a) + (2 * mcfg.n_layer + 1) * 4 * T * mcfg.d_model)
         assert want == pytest.approx(got, rel=0.01)
     finally:

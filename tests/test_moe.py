@@ -224,14 +224,16 @@ def test_seq_aux_loss_matches_formula():
 
 # ---------------------------------------------------------------- quantized expert GEMMs
 
+@pytest.mark.parametrize('pack', ['false', 'true'])
 @pytest.mark.parametrize('name, backend', [(n, 'torch') for n in ['ufp4', 'e2m1', 'nvfp4', 'mxfp4', 'ufp4-nv']]
                          + [pytest.param(n, 'triton', marks=CPU_KERNELS) for n in ['ufp4', 'mxfp4']])
-def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, name, backend):
+def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, name, backend, pack):
     """y, dX and dW of every expert = its own tokens, zero-padded to the block, through
     quant._gemm_operands (the six roles) with the PyTorch reference; an expert with no tokens gets
-    dW = 0. backend: the quantizer of the grouped path (triton: the kernels, in the CPU interpreter)."""
+    dW = 0. backend: the quantizer of the grouped path (triton: the kernels, in the CPU interpreter);
+    pack: recipe.pack_saved (x kept as the wgrad operand's codes + scales)."""
     monkeypatch.setitem(quant.BACKEND, 'name', backend)
-    r = quant.recipe_from_overrides(name, sr='none')
+    r = quant.recipe_from_overrides(name, sr='none', pack_saved=pack)
     align = max(s.block for s in r.specs().values())
     Kd, N, sizes = 64, 32, [5, 0, 23, 16, 1, 40]
     E, T = len(sizes), sum(sizes)
@@ -263,6 +265,31 @@ def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, nam
         torch.testing.assert_close(w.grad[e], qdy3.t() @ qx3, rtol=1e-5, atol=1e-5)
     exact = torch.einsum('tk,tnk->tn', x_T, w.detach()[expert_T])
     assert (y_M.detach()[rows] - exact).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize('name', ['ufp4', 'mxfp4'])
+def test_pack_saved_experts_keep_fewer_bytes_and_the_same_gradients(name):
+    """recipe.pack_saved in the grouped GEMM, stochastic rounding of dY on: the same bits as keeping
+    x (the draws come in the same order), and fewer bytes kept for the backward."""
+    def run(pack):
+        r = quant.recipe_from_overrides(name, pack_saved=pack)
+        g = torch.Generator().manual_seed(3)
+        offs = torch.tensor([32, 64, 128], dtype=torch.int32)
+        x = torch.randn(128, 64, generator=g).requires_grad_()
+        w = (torch.randn(3, 64, 64, generator=g) * 0.1).requires_grad_()
+        kept = {}
+
+        def hook(t):
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        torch.manual_seed(5)
+        with torch.autograd.graph.saved_tensors_hooks(hook, lambda t: t):
+            y = moe.grouped_linear(x, w, offs, r)
+        y.backward(torch.randn(y.shape, generator=g))
+        return x.grad, w.grad, sum(kept.values())
+    (dx, dw, n_x), (dx_p, dw_p, n_p) = run('false'), run('true')
+    assert torch.equal(dx, dx_p) and torch.equal(dw, dw_p)
+    assert n_p < n_x - 128 * 64 * 4 * 0.7  # x (fp32) replaced by ~0.75 bytes per element
 
 
 @pytest.mark.parametrize('backend', ['torch', pytest.param('triton', marks=CPU_KERNELS)])
