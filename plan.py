@@ -22,11 +22,10 @@ dim 0, padded to a multiple of N, so a GPU holds P/N and a little more.
                        of width E, F the MLP width, k experts per token of width Fe, shared width Fs,
                        M ~ T k rows of the expert-sorted buffer):
                          attention  4TD (norm input) + 3 x 2TD (its output cast for wq, wk, wv;
-                                    1 x when a 4-bit recipe joins them, quant.linears, which keeps
-                                    their joined weight instead: 2(D + 2KE)D)
+                                    1 x when a 4-bit recipe joins them: quant.linears)
                                     + 2TD (q) + 2 x 2TKE (k, v) + 2TD (output, = wo's input) + 4TH
-                         MLP        4TD + 2 x 2TD (casts for w1, w3; 1 x joined, + 2 x 2FD for
-                                    the joined weight) + 4 x 2TF (w1 x, silu, w3 x, their product)
+                         MLP        4TD + 2 x 2TD (casts for w1, w3; 1 x joined) + 4 x 2TF (w1 x,
+                                    silu, w3 x, their product)
                          MoE        4TD + 4TD (fp32 router input) + 4TE (scores) + 4TkD (the
                                     copies of each token, fp32, kept by index_copy) + 2MD (sorted
                                     tokens) + 4 x 2MFe + 4TkD (the experts' outputs, fp32, kept to
@@ -128,11 +127,9 @@ def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (Fal
     casts_attn, casts_mlp = (1 if joins[0] else 3), (1 if joins[1] else 2)
     kept_in = lambda n: n * packed if packed else (n * a if cast else r)  # noqa: E731 (per T x D)
     attn = r * T * D + kept_in(casts_attn) * T * D + 2 * a * T * D + 2 * a * T * K * E + 4 * T * H + 4 * T
-    attn += a * (D + 2 * K * E) * D if joins[0] else 0  # the joined weight, kept for the backward
     attn += packed * T * D  # wo's input, packed beside the attention's own copy
     if not isinstance(ffn, moe.MoE):
         mlp = r * T * D + kept_in(casts_mlp) * T * D + (3 * a + (packed or a)) * T * F + 4 * T
-        mlp += a * 2 * F * D if joins[1] else 0
         return {'attention': attn, 'ffn': mlp}
     m, k = ffn.cfg, ffn.cfg.top_k
     Fs = m.n_shared_experts * m.expert_hidden
@@ -142,7 +139,6 @@ def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (Fal
     experts = r * T * k * D + pe * M * D + (3 * a + pe) * M * m.expert_hidden + 4 * T * k * D
     shared_in = casts_mlp * (packed or (a if cast else 0)) * T * D  # fp32: the router's input is X
     shared = shared_in + (3 * a + (packed or a)) * T * Fs if Fs else 0
-    shared += a * 2 * Fs * D if joins[1] else 0
     return {'attention': attn, 'ffn': 2 * r * T * D + 4 * T + routing + experts + shared}
 
 

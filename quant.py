@@ -431,10 +431,12 @@ def _packs(recipe) -> bool:
 
 class _QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
+    W comes as parts [N_i, K] joined along N here (quant.linears), so that only the parts are kept;
     X is kept for the backward as is, or (recipe.pack_saved) as its wgrad operand's codes + scales."""
 
     @staticmethod
-    def forward(ctx, x, w, bias, recipe, signs, layer=""):
+    def forward(ctx, x, bias, recipe, signs, layer, *w_parts):
+        w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]     # [N, K]
         x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
         qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer)
         y = qx @ qw.t()                                                 # [M, N]
@@ -444,9 +446,9 @@ class _QLinearFn(torch.autograd.Function):
         if _packs(recipe):
             qt = _quantize_any(x2, recipe.wgrad_x, 0, signs)
             ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs, x2.shape)
-            ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, w)
+            ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, *w_parts)
         else:
-            ctx.save_for_backward(x2, w)
+            ctx.save_for_backward(x2, *w_parts)
         ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer = recipe, signs, bias is not None, layer
         return y.reshape(*x.shape[:-1], w.shape[0])
 
@@ -454,11 +456,12 @@ class _QLinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         r, signs = ctx.recipe, ctx.signs
         if ctx.packed is None:
-            x2, w = ctx.saved_tensors
+            x2, *w_parts = ctx.saved_tensors
         else:
-            codes, scales, t, w = ctx.saved_tensors
+            codes, scales, t, *w_parts = ctx.saved_tensors
             spec, dim, dtype, qsigns, x_shape = ctx.packed
             qt = QTensor(codes, scales, t, spec, dim, dtype, qsigns)
+        w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]
         dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)                  # [M, N]
         qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
         dx = qdy @ qw                                                   # [M, K]
@@ -470,7 +473,8 @@ class _QLinearFn(torch.autograd.Function):
             qx = qt.dequantize(keep_rotated=both)
         dw = qdy.t() @ qx                                               # [N, K]
         db = dy2.sum(0) if ctx.has_bias else None
-        return dx.reshape(*dy.shape[:-1], dx.shape[-1]), dw, db, None, None, None
+        return (dx.reshape(*dy.shape[:-1], dx.shape[-1]), db, None, None, None,
+                *dw.split([p.shape[0] for p in w_parts]))
 
 
 _SIGNS = {}
@@ -483,13 +487,16 @@ def _signs(seed, device):
     return _SIGNS[key]
 
 
-def _qlinear(x, weight, bias, recipe, rht_seed, layer):
-    """x·weightᵀ + bias through _QLinearFn, in the autocast dtype (autocast itself off inside)."""
+def _qlinear(x, weights, bias, recipe, rht_seed, layer):
+    """x·[weights joined along N]ᵀ + bias through _QLinearFn, in the autocast dtype (autocast itself
+    off inside); weights: one tensor or a tuple of them."""
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+    parts = weights if isinstance(weights, tuple) else (weights,)
     with torch.autocast(dev, enabled=False):
         b = None if bias is None else bias.to(dtype)
-        return _QLinearFn.apply(x.to(dtype), weight.to(dtype), b, recipe, _signs(rht_seed, x.device), layer)
+        return _QLinearFn.apply(x.to(dtype), b, recipe, _signs(rht_seed, x.device), layer,
+                                *(w.to(dtype) for w in parts))
 
 
 class QLinear(nn.Linear):
@@ -537,10 +544,9 @@ def linears(x, *layers):
     same as apart; the sums of the dX GEMM and the stochastic-rounding draws are grouped differently."""
     if len(layers) < 2 or not _joinable(layers):
         return tuple(layer(x) for layer in layers)
-    weight = torch.cat([m.weight for m in layers])
     bias = None if all(m.bias is None for m in layers) else torch.cat(
         [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
-    y = _qlinear(x, weight, bias, layers[0].recipe, layers[0].rht_seed, "")
+    y = _qlinear(x, tuple(m.weight for m in layers), bias, layers[0].recipe, layers[0].rht_seed, "")
     return y.split([m.out_features for m in layers], dim=-1)
 
 
