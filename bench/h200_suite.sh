@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Every GPU number of the README's Results in one run of ~9 minutes on a machine with 2 H200s:
+# Every GPU number of the README's Results in one run of ~10 minutes on a machine with 2 H200s:
 #   0. the kept-kernel launch path (kernels.FAST_LAUNCH) against kernel[grid], bit for bit; if it
 #      fails, everything after runs with NANOFP4_FAST_LAUNCH=0 and the output says so;
 #   1. FSDP2 on 2 GPUs against 1 GPU from scratch, dense-1.5b bf16 and ufp4 (scripts/multigpu_check.sh);
 #   2. side by side: GPU 0 times (kernel tests on the GPU, kernels_bench, launch_bench, dense-1.5b
-#      under every recipe, moe-small bf16/ufp4 compiled per block); GPU 1 trains (the scaling ladder,
+#      under every recipe and with --quant pack_saved=true, moe-small bf16/ufp4 compiled per block); GPU 1 trains (the scaling ladder,
 #      and a small bf16 model whose operands analysis.analyze studies).
 #   bench/h200_suite.sh DATA_DIR OUT_DIR
 set -uo pipefail  # a failing part is reported and the others still run
@@ -31,6 +31,8 @@ section "2. GPU 0 benchmarks | GPU 1 training"
     timeout 70 "$py" bench/kernels_bench.py --skip-check --out "$out/kernels.json" > "$out/kernels.txt" 2>&1
     timeout 15 "$py" bench/launch_bench.py > "$out/launch.txt" 2>&1
     timeout 110 "$py" bench/train_bench.py --compile blocks --steps 8 --out "$out/dense1.5b.json" > "$out/dense1.5b.txt" 2>&1
+    timeout 70 "$py" bench/train_bench.py --compile blocks --steps 6 --warmup 2 --recipes bf16,ufp4,mxfp4 \
+        --quant pack_saved=true --out "$out/dense1.5b_pack_saved.json" > "$out/dense1.5b_pack_saved.txt" 2>&1
     timeout 60 "$py" bench/train_bench.py --preset moe-small --batch 16 --seq 1024 --recipes bf16,ufp4 \
         --compile block --out "$out/moe-small-block.json" > "$out/moe-small-block.txt" 2>&1
 ) &
@@ -48,6 +50,6 @@ section "2. GPU 0 benchmarks | GPU 1 training"
 ) &
 wait
 section "done"
-for f in kernels_gpu_tests kernels launch dense1.5b moe-small-block ladder tensors; do
+for f in kernels_gpu_tests kernels launch dense1.5b dense1.5b_pack_saved moe-small-block ladder tensors; do
     echo "--- $f"; grep -v "it/s" "$out/$f.txt" | tail -12
 done

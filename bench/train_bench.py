@@ -37,7 +37,7 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
         m = model_lib.Transformer(cfg)
     m.to_empty(device="cuda")
     m.init_weights()
-    r = quant.recipe_from_overrides(recipe)
+    r = quant.recipe_from_overrides(recipe, **args.quant) if recipe != "bf16" else quant.RECIPES["bf16"]
     moe.convert_experts(quant.convert(m, r), r)
     if compile_blocks and args.compile in ("block", "blocks"):
         for block in m.layers:
@@ -103,10 +103,22 @@ def main():
                     help="compile each transformer block and the LM head + loss apart (default), the blocks "
                          "only (head eager), the whole model, or nothing")
     ap.add_argument("--baseline", action="store_true", help="also time nvfp4 through the PyTorch reference")
+    ap.add_argument("--quant", action="append", default=[], metavar="KEY=VALUE",
+                    help="a quant override for every FP4 recipe (repeatable), e.g. pack_saved=true")
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="also print the top ROWS GPU kernels of 3 profiled steps per recipe")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    bad = [kv for kv in args.quant if "=" not in kv]
+    if bad:
+        sys.exit(f"--quant {bad[0]!r}: expected KEY=VALUE, e.g. --quant pack_saved=true")
+    args.quant = dict(kv.split("=", 1) for kv in args.quant)
+    for name in args.recipes.split(","):  # bad names or keys: an error before any GPU work
+        try:
+            if name != "bf16":
+                quant.recipe_from_overrides(name, **args.quant)
+        except ValueError as e:
+            sys.exit(f"--recipes/--quant: {e}")
     if not torch.cuda.is_available():
         sys.exit("train_bench.py needs a CUDA GPU")
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -127,7 +139,8 @@ def main():
         print(json.dumps(res), flush=True)
     base = next(r for r in results if r["recipe"] == "bf16")
     hdr = f"{'recipe':<10} {'quantizer':<10} {'compiled':<8} {'step ms':>8} {'x bf16':>7} {'tok/s':>9} {'MFU':>6} {'peak GiB':>9}"
-    print(f"\n{args.preset}, batch {args.batch} x {args.seq}, {torch.cuda.get_device_name()}, "
+    print(f"\n{args.preset}, batch {args.batch} x {args.seq}, quant overrides {args.quant or 'none'}, "
+          f"{torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}\n{hdr}")
     for r in results:
         r["ratio_vs_bf16"] = r["step_ms"] / base["step_ms"]
@@ -135,7 +148,8 @@ def main():
               f"{r['compiled']:<8} {r['step_ms']:>8.1f} {r['ratio_vs_bf16']:>7.3f} {r['tok_s']:>9.0f} "
               f"{r['mfu'] * 100:>5.1f}% {r['peak_mem_gib']:>9.1f}")
     if args.out:
-        meta = dict(preset=args.preset, batch=args.batch, seq=args.seq, gpu=torch.cuda.get_device_name(),
+        meta = dict(preset=args.preset, batch=args.batch, seq=args.seq, quant_overrides=args.quant,
+                    gpu=torch.cuda.get_device_name(),
                     torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
                     mfu_formula="model.flops_per_token(seq) = 6*N + 6*n_layer*d_model*seq (N without input embedding), / 989e12")
         with open(args.out, "w") as f:
