@@ -4,8 +4,8 @@
 #      fails, everything after runs with NANOFP4_FAST_LAUNCH=0 and the output says so;
 #   1. FSDP2 on 2 GPUs against 1 GPU from scratch, dense-1.5b bf16 and ufp4 (scripts/multigpu_check.sh);
 #   2. side by side: GPU 0 times (kernel tests on the GPU, kernels_bench, launch_bench, dense-1.5b
-#      under every recipe and with --quant pack_saved=true, moe-small bf16/ufp4 compiled per block); GPU 1 trains (the scaling ladder,
-#      and a small bf16 model whose operands analysis.analyze studies).
+#      under every recipe and with --quant pack_saved=true, moe-small bf16/ufp4 compiled per block);
+#      GPU 1 trains (the scaling ladder, and a small bf16 model whose operands analysis.analyze studies).
 #   bench/h200_suite.sh DATA_DIR OUT_DIR
 set -uo pipefail  # a failing part is reported and the others still run
 cd "$(dirname "$0")/.."
