@@ -148,8 +148,8 @@ def _quantize_groups(q, t_M, dim, offs_E):
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, offs_E):
     """quant._gemm_operands for grouped GEMMs: the same keep_rotated rule."""
     both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
-    return [t if s is None else _fake_quantize(t, s, d, signs, both, offs_E)
-            for t, s, d in ((a, spec_a, dim_a), (b, spec_b, dim_b))]
+    return [t if s is None else t.dequantize(keep_rotated=both) if isinstance(t, quant.QTensor)
+            else _fake_quantize(t, s, d, signs, both, offs_E) for t, s, d in ((a, spec_a, dim_a), (b, spec_b, dim_b))]
 
 
 def _packs(recipe) -> bool:
@@ -166,34 +166,20 @@ class _GroupedLinearFn(torch.autograd.Function):
     def forward(ctx, x_MK, offs_E, recipe, signs, *w_parts):
         w_ENK = torch.cat(w_parts, 1) if len(w_parts) > 1 else w_parts[0]
         qx, qw = _gemm_operands(x_MK, recipe.fprop_x, -1, w_ENK, recipe.fprop_w, -1, signs, offs_E)
-        ctx.packed = None
-        if _packs(recipe):  # groups are aligned to the block: one quantization of the whole buffer
-            qt = quant._quantize_any(x_MK, recipe.wgrad_x, 0, signs)
-            ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs)
-            ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, offs_E, *w_parts)
-        else:
-            ctx.save_for_backward(x_MK, offs_E, *w_parts)
+        # groups are aligned to the block: one quantization of the whole buffer when packed
+        quant.keep_for_backward(ctx, x_MK, recipe, signs, _packs(recipe), offs_E, *w_parts)
         ctx.recipe, ctx.signs = recipe, signs
         return _gmm(qx, qw.transpose(1, 2), offs_E)
 
     @staticmethod
     def backward(ctx, dy_MN):
         r, signs = ctx.recipe, ctx.signs
-        if ctx.packed is None:
-            x_MK, offs_E, *w_parts = ctx.saved_tensors
-        else:
-            codes, scales, t, offs_E, *w_parts = ctx.saved_tensors
+        x_MK, (offs_E, *w_parts) = quant.kept_for_backward(ctx)  # x_MK: or its packed wgrad operand
         w_ENK = torch.cat(w_parts, 1) if len(w_parts) > 1 else w_parts[0]
         dy_MN = dy_MN.to(w_ENK.dtype)
         qdy, qw = _gemm_operands(dy_MN, r.dgrad_dy, -1, w_ENK, r.dgrad_w, 1, signs, offs_E)
         dx_MK = _gmm(qdy, qw, offs_E)
-        if ctx.packed is None:
-            qdy, qx = _gemm_operands(dy_MN, r.wgrad_dy, 0, x_MK, r.wgrad_x, 0, signs, offs_E)
-        else:  # the same keep_rotated rule as _gemm_operands
-            qt = quant.QTensor(codes, scales, t, *ctx.packed)
-            both = r.wgrad_dy is not None and r.wgrad_dy.rht and qt.spec.rht
-            qdy = dy_MN if r.wgrad_dy is None else _fake_quantize(dy_MN, r.wgrad_dy, 0, signs, both, offs_E)
-            qx = qt.dequantize(keep_rotated=both)
+        qdy, qx = _gemm_operands(dy_MN, r.wgrad_dy, 0, x_MK, r.wgrad_x, 0, signs, offs_E)
         dw_ENK = _gmm_wgrad(qdy, qx, offs_E)
         return dx_MK, None, None, None, *dw_ENK.split([w.shape[1] for w in w_parts], 1)
 

@@ -403,7 +403,7 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=
     both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
     qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
-    qb = b if spec_b is None else fake_quantize(b, spec_b, dim_b, signs=signs, keep_rotated=both)
+    qb = b if spec_b is None else _operand(b, spec_b, dim_b, signs, both)
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
             if spec is not None:
@@ -429,6 +429,32 @@ def _packs(recipe) -> bool:
     return recipe.pack_saved and s is not None and s.rounding == "rtne" and MONITOR is None
 
 
+def _operand(t, spec, dim, signs, keep_rotated):
+    """The GEMM operand of t: fake_quantize(t), or t's dequantization if it is kept packed (QTensor)."""
+    if isinstance(t, QTensor):
+        return t.dequantize(keep_rotated=keep_rotated)
+    return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
+
+
+def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others):
+    """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs."""
+    ctx.packed = None
+    if not packs:
+        return ctx.save_for_backward(x, *others)
+    qt = _quantize_any(x, recipe.wgrad_x, 0, signs)
+    ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs)
+    ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, *others)
+
+
+def kept_for_backward(ctx) -> tuple:
+    """(x or its QTensor, [others]) as keep_for_backward saved them."""
+    if ctx.packed is None:
+        x, *others = ctx.saved_tensors
+        return x, others
+    codes, scales, t, *others = ctx.saved_tensors
+    return QTensor(codes, scales, t, *ctx.packed), others
+
+
 class _QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
     W comes as parts [N_i, K] joined along N here (quant.linears), so that only the parts are kept;
@@ -442,35 +468,19 @@ class _QLinearFn(torch.autograd.Function):
         y = qx @ qw.t()                                                 # [M, N]
         if bias is not None:
             y = y + bias
-        ctx.packed = None
-        if _packs(recipe):
-            qt = _quantize_any(x2, recipe.wgrad_x, 0, signs)
-            ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs, x2.shape)
-            ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, *w_parts)
-        else:
-            ctx.save_for_backward(x2, *w_parts)
+        keep_for_backward(ctx, x2, recipe, signs, _packs(recipe), *w_parts)
         ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer = recipe, signs, bias is not None, layer
         return y.reshape(*x.shape[:-1], w.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
         r, signs = ctx.recipe, ctx.signs
-        if ctx.packed is None:
-            x2, *w_parts = ctx.saved_tensors
-        else:
-            codes, scales, t, *w_parts = ctx.saved_tensors
-            spec, dim, dtype, qsigns, x_shape = ctx.packed
-            qt = QTensor(codes, scales, t, spec, dim, dtype, qsigns)
+        x2, w_parts = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
         w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]
         dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)                  # [M, N]
         qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
         dx = qdy @ qw                                                   # [M, K]
-        if ctx.packed is None:
-            qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
-        else:  # the same keep_rotated rule as _gemm_operands
-            both = r.wgrad_dy is not None and r.wgrad_dy.rht and spec.rht
-            qdy = dy2 if r.wgrad_dy is None else fake_quantize(dy2, r.wgrad_dy, 0, signs=signs, keep_rotated=both)
-            qx = qt.dequantize(keep_rotated=both)
+        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
         dw = qdy.t() @ qx                                               # [N, K]
         db = dy2.sum(0) if ctx.has_bias else None
         return (dx.reshape(*dy.shape[:-1], dx.shape[-1]), db, None, None, None,
