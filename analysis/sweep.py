@@ -116,9 +116,27 @@ def size_of(config: str, overrides: dict):
     return tokens_per_step, model.num_params(), model.flops_per_token()
 
 
+def budget(steps: int) -> dict:
+    """train.py overrides for a run of `steps` steps: 5% warmup, ~10 evaluations, a checkpoint at the end."""
+    return {"train.max_steps": steps, "optim.warmup_steps": max(1, round(0.05 * steps)),
+            "train.eval_interval": max(1, steps // 10), "train.ckpt_interval": 0}
+
+
+def run_entry(config: str, rung: str, run_dir: Path, recipe: str, seed: int, overrides: dict, size: tuple) -> dict:
+    """One run of a sweep: its directory, train.py arguments (checked by train.py), N, D and C;
+    size = (tokens per step over all GPUs, N, flops per token)."""
+    tokens_per_step, n_params, fpt = size
+    overrides = overrides | {"quant.recipe": recipe, "train.seed": seed, "log.out_dir": run_dir}
+    cfg = train.load_config(config, as_args(overrides))
+    tokens = cfg.train.max_steps * tokens_per_step
+    return {"name": run_dir.name, "rung": rung, "recipe": recipe, "seed": seed, "dir": str(run_dir),
+            "params": n_params, "flops_per_token": fpt, "steps": cfg.train.max_steps, "tokens": tokens,
+            "compute": fpt * tokens, "config": config, "args": as_args(overrides)}
+
+
 def plan(ladder: str, recipes, seeds, tokens_per_param: float, user: dict, nproc: int, out: Path,
          rungs=None) -> list:
-    """Every run of the sweep (of the named rungs, default all): its directory, train.py arguments, N, D, C."""
+    """Every run of the sweep (of the named rungs, default all)."""
     spec = LADDERS[ladder]
     config = str(ROOT / spec["config"])
     for name in rungs or []:
@@ -131,18 +149,9 @@ def plan(ladder: str, recipes, seeds, tokens_per_param: float, user: dict, nproc
         tokens_per_step, n_params, fpt = size_of(config, shape | user)
         tokens_per_step *= nproc
         steps = max(1, math.ceil(tokens_per_param * n_params / tokens_per_step))
-        budget = {"train.max_steps": steps, "optim.warmup_steps": max(1, round(0.05 * steps)),
-                  "train.eval_interval": max(1, steps // 10), "train.ckpt_interval": 0}
-        for recipe in recipes:
-            for seed in seeds:
-                run_dir = out / f"{name}-{recipe}-s{seed}"
-                overrides = shape | budget | {"quant.recipe": recipe, "train.seed": seed, "log.out_dir": run_dir} | user
-                cfg = train.load_config(config, as_args(overrides))
-                tokens = cfg.train.max_steps * tokens_per_step
-                runs.append({"name": run_dir.name, "rung": name, "recipe": recipe, "seed": seed, "dir": str(run_dir),
-                             "params": n_params, "flops_per_token": fpt, "steps": cfg.train.max_steps,
-                             "tokens": tokens, "compute": fpt * tokens, "config": config,
-                             "args": as_args(overrides)})
+        runs += [run_entry(config, name, out / f"{name}-{recipe}-s{seed}", recipe, seed,
+                           shape | budget(steps) | user, (tokens_per_step, n_params, fpt))
+                 for recipe in recipes for seed in seeds]
     return runs
 
 
@@ -151,22 +160,9 @@ def plan_study(study: str, seeds, user: dict, nproc: int, out: Path) -> list:
     spec = STUDIES[study]
     config = str(ROOT / spec["config"])
     tokens_per_step, n_params, fpt = size_of(config, user)
-    steps = spec["steps"]
-    budget = {"train.max_steps": steps, "optim.warmup_steps": max(1, round(0.05 * steps)),
-              "train.eval_interval": max(1, steps // 10), "train.ckpt_interval": 0}
-    runs = []
-    for name, (recipe, quant_overrides, run_seeds) in spec["runs"].items():
-        for seed in seeds or run_seeds:
-            run_dir = out / f"{name}-s{seed}"
-            overrides = budget | {"quant.recipe": recipe, "train.seed": seed, "log.out_dir": run_dir} | \
-                quant_overrides | user
-            cfg = train.load_config(config, as_args(overrides))
-            tokens = cfg.train.max_steps * tokens_per_step * nproc
-            runs.append({"name": run_dir.name, "rung": study, "recipe": recipe, "seed": seed, "dir": str(run_dir),
-                         "params": n_params, "flops_per_token": fpt, "steps": cfg.train.max_steps,
-                         "tokens": tokens, "compute": fpt * tokens, "config": config,
-                         "args": as_args(overrides)})
-    return runs
+    return [run_entry(config, study, out / f"{name}-s{seed}", recipe, seed, budget(spec["steps"]) | quant_kw | user,
+                      (tokens_per_step * nproc, n_params, fpt))
+            for name, (recipe, quant_kw, run_seeds) in spec["runs"].items() for seed in seeds or run_seeds]
 
 
 def finished(run: dict) -> bool:
