@@ -71,16 +71,20 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     end.record()
     torch.cuda.synchronize()
     ms = start.elapsed_time(end) / args.steps
+    busy_ms = None
     if args.profile:  # the GPU kernels of 3 more steps, most total time first
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 step()
             torch.cuda.synchronize()
-        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.profile)
-        print(f"--- profile: {recipe} ({backend}), 3 steps\n{table}", flush=True)
+        events = prof.key_averages()
+        busy_ms = sum(e.self_device_time_total for e in events) / 3e3  # us over 3 steps -> ms a step
+        table = events.table(sort_by="cuda_time_total", row_limit=args.profile)
+        print(f"--- profile: {recipe} ({backend}), 3 steps, GPU busy {busy_ms:.1f} ms of a {ms:.1f} ms step"
+              f"\n{table}", flush=True)
     tokens = args.batch * args.seq
     res = dict(recipe=recipe, backend=backend, compiled=args.compile if compile_blocks else "none",
-               step_ms=ms, tok_s=tokens / ms * 1e3,
+               step_ms=ms, gpu_busy_ms=busy_ms, tok_s=tokens / ms * 1e3,
                mfu=m.flops_per_token(args.seq) * tokens / (ms * 1e-3) / PEAK_FLOPS,
                peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss),
                warmup_s=warm_s)
@@ -106,7 +110,8 @@ def main():
     ap.add_argument("--quant", action="append", default=[], metavar="KEY=VALUE",
                     help="a quant override for every FP4 recipe (repeatable), e.g. pack_saved=true")
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                    help="also print the top ROWS GPU kernels of 3 profiled steps per recipe")
+                    help="also print the top ROWS GPU kernels of 3 profiled steps per recipe, and the GPU's busy "
+                         "time a step (well under the step time: the step waits on the host)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     bad = [kv for kv in args.quant if "=" not in kv]
