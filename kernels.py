@@ -645,13 +645,20 @@ def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:
     return quantize(x, want_codes=False, want_dequant=True, **kwargs)[3]
 
 
-# The emulated-GEMM operand as a PyTorch custom op: torch.compile sees one opaque node (no graph
-# break), and stochastic rounding draws its Philox seed from torch's CPU generator when the op runs,
-# so runs are reproducible from torch.manual_seed.
-@torch.library.custom_op("nanofp4::fake_quantize", mutates_args=())
-def fake_quantize_op(x: torch.Tensor, levels: list[float], block: int, scale_mode: str, sr: bool,
+# The emulated-GEMM operand as a PyTorch operator, nanofp4::fake_quantize: torch.compile sees one
+# opaque node (no graph break), and stochastic rounding draws its Philox seed from torch's CPU
+# generator when the op runs, so runs are reproducible from torch.manual_seed. It is defined with
+# torch.library.Library, not the @custom_op decorator: a compiled graph calls it hundreds of times a
+# step, and the decorator's Python dispatch costs ~10 us more per call (bench/launch_bench.py).
+_LIB = torch.library.Library("nanofp4", "DEF")
+_LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
+            "bool block_2d, int dim, int seed, bool keep_rotated) -> Tensor")
+
+
+def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str, sr: bool,
                      signs: Optional[torch.Tensor], block_2d: bool, dim: int, seed: int,
                      keep_rotated: bool) -> torch.Tensor:
+    """The op's body: fake_quantize with the op's positional arguments (seed < 0: draw one)."""
     if sr and seed < 0:
         seed = int(torch.randint(2**31 - 1, ()))
     return fake_quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
@@ -659,6 +666,10 @@ def fake_quantize_op(x: torch.Tensor, levels: list[float], block: int, scale_mod
                          keep_rotated=keep_rotated)
 
 
-@fake_quantize_op.register_fake
+for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTERPRET themselves)
+    _LIB.impl("fake_quantize", fake_quantize_op, _key)
+
+
+@torch.library.register_fake("nanofp4::fake_quantize")
 def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated):
     return torch.empty_like(x)

@@ -51,7 +51,7 @@ def main():
         ("torch.empty_like", lambda: torch.empty_like(x)),
         ("kernels.fake_quantize (direct)", lambda: kernels.fake_quantize(
             x, levels=tuple(levels), block=16, scale_mode="fp32", rht_signs=signs, keep_rotated=True)),
-        ("torch.ops.nanofp4.fake_quantize (custom op)", lambda: torch.ops.nanofp4.fake_quantize(
+        ("torch.ops.nanofp4.fake_quantize (the operator)", lambda: torch.ops.nanofp4.fake_quantize(
             x, levels, 16, "fp32", False, signs, False, -1, -1, True)),
         ("quant.fake_quantize, RTNE", lambda: quant.fake_quantize(x, spec, signs=signs, keep_rotated=True)),
         ("quant.fake_quantize, SR", lambda: quant.fake_quantize(x, sr, signs=signs, keep_rotated=True)),

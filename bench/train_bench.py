@@ -13,9 +13,11 @@ user would write by hand, so the speed-up of the kernels is measured, not assume
 """
 
 import argparse
+import cProfile
 import gc
 import json
 import os
+import pstats
 import sys
 import time
 
@@ -82,6 +84,15 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
         table = events.table(sort_by="cuda_time_total", row_limit=args.profile)
         print(f"--- profile: {recipe} ({backend}), 3 steps, GPU busy {busy_ms:.1f} ms of a {ms:.1f} ms step"
               f"\n{table}", flush=True)
+    if args.host_profile:  # where the host's time goes (Python functions and ops) in 2 more steps
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+        prof.disable()
+        print(f"--- host profile: {recipe} ({backend}), 2 steps", flush=True)
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.host_profile)
     tokens = args.batch * args.seq
     res = dict(recipe=recipe, backend=backend, compiled=args.compile if compile_blocks else "none",
                step_ms=ms, gpu_busy_ms=busy_ms, tok_s=tokens / ms * 1e3,
@@ -112,6 +123,8 @@ def main():
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="also print the top ROWS GPU kernels of 3 profiled steps per recipe, and the GPU's busy "
                          "time a step (well under the step time: the step waits on the host)")
+    ap.add_argument("--host-profile", type=int, default=0, metavar="ROWS",
+                    help="also print the ROWS functions with the most host time in 2 cProfiled steps per recipe")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     bad = [kv for kv in args.quant if "=" not in kv]
