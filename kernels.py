@@ -58,7 +58,7 @@ import functools
 import math
 import os
 import struct
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -334,17 +334,18 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
     tl.atomic_max(amax_ptr, amax.to(tl.int32, bitcast=True))
 
 
-@triton.jit
-def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr,
+@triton.jit(do_not_specialize=["seed"])
+def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
                      M, K, seed,
-                     BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr,
+                     SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr,
                      COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
                      KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
                      UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr):
-    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits."""
+    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
+    SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device)."""
     pid_g = tl.program_id(0)
     pid_m = tl.program_id(1)
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
@@ -371,6 +372,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             ay = tl.where(y == y, ay, 0.0)
     u = ay
     if SR:
+        if SEED_PTR:
+            seed = tl.load(seed_ptr)
         u = _uniforms(seed, m, g, K, BM, NG)
     idx, q = _round_to_grid(ay, u, UNIFORM, STEP, CB, SR)
     sign = xbits & -2147483648                                        # the fp32 sign bit of x
@@ -460,10 +463,10 @@ def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile) -> t
     return bm, ng, nw
 
 
-def _view_mk(x, kq: int, colwise: bool, block_2d: bool) -> tuple:
+def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
     """(M, K): the [M, K] view the kernels quantize along K. Rowwise (not 2D) blocks never cross
     rows, so the tensor is one long row."""
-    M = x.numel() // kq if kq else 0
+    M = numel // kq if kq else 0
     return (M, kq) if colwise or block_2d else (1, M * kq)
 
 
@@ -502,21 +505,25 @@ def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, di
     fp32 tensor: quantize()'s first pass for e4m3 scales, alone (x as quantize takes it). tile:
     (BLOCK, num_warps) without RHT, (BM, NG, num_warps) with; programs: the persistent grid's size."""
     interpret = _check_device(x)
-    colwise, kq = _check(x, E2M1_LEVELS, 16, "e4m3", rht_signs, False, dim, torch.float32, True, False)
+    if not x.is_contiguous():
+        raise ValueError(f"tensor_amax reads a contiguous tensor; got strides {x.stride()}: call .contiguous()")
+    colwise, kq = _check(tuple(x.shape), x.dtype, E2M1_LEVELS, 16, "e4m3", rht_signs is not None, False, dim,
+                         torch.float32, True, False)
+    if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != x.device):
+        raise ValueError(f"rht_signs must hold 16 values on {x.device}; got shape {tuple(rht_signs.shape)} "
+                         f"on {rht_signs.device}")
     if x.numel() == 0:
         return torch.zeros((), dtype=torch.float32, device=x.device)
     signs = None if rht_signs is None else rht_signs.to(torch.float32).contiguous()
-    M, K = _view_mk(x, kq, colwise, False)
+    M, K = _view_mk(x.numel(), kq, colwise, False)
     return _amax(x, signs, M, K, colwise, interpret, tile, programs).view(torch.float32).reshape(())
 
 
-def _check(x, levels, block, scale_mode, rht_signs, block_2d, dim, out_dtype, want_codes, want_dequant):
-    """Validate quantize()'s arguments; returns (colwise, K = size of the quantized dim)."""
-    if x.dtype not in _FLOATS:
-        raise ValueError(f"quantize needs a bf16 or fp32 tensor, got {x.dtype}")
-    if not x.is_contiguous():
-        raise ValueError(f"quantize reads a contiguous row-major tensor; got shape {tuple(x.shape)} with "
-                         f"strides {x.stride()}: call .contiguous() first")
+def _check(shape, dtype, levels, block, scale_mode, rht, block_2d, dim, out_dtype, want_codes, want_dequant):
+    """Validate quantize()'s arguments (all but the tensors' contiguity and devices); returns
+    (colwise, K = size of the quantized dim)."""
+    if dtype not in _FLOATS:
+        raise ValueError(f"quantize needs a bf16 or fp32 tensor, got {dtype}")
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"unknown scale_mode {scale_mode!r}; valid: {', '.join(SCALE_MODES)}")
     if block not in (16, 32):
@@ -525,32 +532,31 @@ def _check(x, levels, block, scale_mode, rht_signs, block_2d, dim, out_dtype, wa
         raise ValueError(f"out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype}")
     if not (want_codes or want_dequant):
         raise ValueError("nothing to compute: set want_codes and/or want_dequant")
-    d = dim % x.dim() if x.dim() else 0
-    if x.dim() == 0 or not (d == x.dim() - 1 or (d == 0 and x.dim() == 2)):
+    nd = len(shape)
+    d = dim % nd if nd else 0
+    if nd == 0 or not (d == nd - 1 or (d == 0 and nd == 2)):
         raise ValueError(f"quantize runs along the last dim (any shape) or dim 0 of a 2-D tensor; got "
-                         f"dim={dim} for shape {tuple(x.shape)}: reshape or transpose first")
-    K = x.shape[d]
-    if K % block or (block_2d and (x.dim() != 2 or x.shape[0] % 16 or x.shape[1] % 16)):
+                         f"dim={dim} for shape {shape}: reshape or transpose first")
+    K = shape[d]
+    if K % block or (block_2d and (nd != 2 or shape[0] % 16 or shape[1] % 16)):
         rule = "both dims of a 2-D tensor multiples of 16" if block_2d else f"a multiple of {block}"
-        raise ValueError(f"cannot quantize a tensor of shape {tuple(x.shape)} along dim {dim} (size {K}) in "
+        raise ValueError(f"cannot quantize a tensor of shape {shape} along dim {dim} (size {K}) in "
                          f"blocks of {block}: the size must be {rule}. Pad it or change the block.")
-    if block_2d and (block != 16 or rht_signs is not None):
+    if block_2d and (block != 16 or rht):
         raise ValueError("block_2d (16x16 weight tiles) needs block=16 and no RHT")
-    if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != x.device):
-        raise ValueError(f"rht_signs must hold 16 values on {x.device}; got shape {tuple(rht_signs.shape)} "
-                         f"on {rht_signs.device}")
-    return d != x.dim() - 1, K
+    return d != nd - 1, K
 
 
 def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str = "fp32",
              sr: bool = False, rht_signs: Optional[torch.Tensor] = None, block_2d: bool = False,
-             dim: int = -1, seed: int = 0, out_dtype: Optional[torch.dtype] = None,
+             dim: int = -1, seed=0, out_dtype: Optional[torch.dtype] = None,
              keep_rotated: bool = False, want_codes: bool = True, want_dequant: bool = True,
              tile: Optional[tuple] = None, fast_div: bool = True):
     """Quantize x along dim with one fused kernel (plus a tensor-amax pass for e4m3 scales).
 
     levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
-    block: 16 | 32; scale_mode: 'fp32' | 'e4m3' | 'e8m0'; sr: stochastic rounding seeded by `seed`;
+    block: 16 | 32; scale_mode: 'fp32' | 'e4m3' | 'e8m0'; sr: stochastic rounding seeded by `seed`
+    (an int, or an int32 tensor of one element on x's device, read by the kernel);
     rht_signs: the 16 RHT signs (fp32 ±1 on x's device) or None for no RHT; block_2d: 16x16 tiles;
     dim: -1 (any shape, rows) or 0 (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype);
     keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
@@ -559,83 +565,119 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     Returns (codes, scales, tensor_scale, dequant): codes uint8 [..., K/2] and scales [..., K/block]
     (block_2d: [M/16, K/16]) laid out with the quantized dim last, as quant.quantize stores them
     (fp32 | float8_e4m3fn | uint8 e8m0 biased exponent), or None without want_codes; tensor_scale a
-    0-d fp32 tensor (1 unless e4m3); dequant x's shape and layout in out_dtype, or None.
+    0-d fp32 tensor (1 unless e4m3; without want_codes a scratch tensor that later calls overwrite);
+    dequant x's shape and layout in out_dtype, or None.
     """
     interpret = _check_device(x)
-    out_dtype = out_dtype or x.dtype
-    colwise, kq = _check(x, levels, block, scale_mode, rht_signs, block_2d, dim, out_dtype, want_codes,
-                         want_dequant)
-    uniform, step = _grid_params(tuple(levels))
-    g_max = float(levels[-1])
-    bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile)
-    M, K = _view_mk(x, kq, colwise, block_2d)
-
+    if not x.is_contiguous():
+        raise ValueError(f"quantize reads a contiguous row-major tensor; got shape {tuple(x.shape)} with "
+                         f"strides {x.stride()}: call .contiguous() first")
+    p = _plan(tuple(x.shape), x.dtype, interpret, tuple(levels), block, scale_mode, sr, rht_signs is not None,
+              block_2d, dim, out_dtype or x.dtype, keep_rotated, want_codes, want_dequant,
+              None if tile is None else tuple(tile), fast_div)
     dev = x.device
-    lead = (x.shape[1],) if colwise else tuple(x.shape[:-1])
-    tscale = torch.empty((), dtype=torch.float32, device=dev)
+    if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != dev):
+        raise ValueError(f"rht_signs must hold 16 values on {dev}; got shape {tuple(rht_signs.shape)} "
+                         f"on {rht_signs.device}")
+    seed_t = seed if isinstance(seed, torch.Tensor) else None
+    if seed_t is not None and (seed_t.numel() != 1 or seed_t.dtype != torch.int32 or seed_t.device != dev):
+        raise ValueError(f"a seed tensor must be one int32 on {dev}; got {seed_t.dtype} {tuple(seed_t.shape)} "
+                         f"on {seed_t.device}")
+    tscale = torch.empty((), dtype=torch.float32, device=dev) if want_codes else _scratch(dev)
     codes = scales = out = None
     if want_codes:
-        codes = torch.empty(lead + (kq // 2,), dtype=torch.uint8, device=dev)
-        sshape = (M // 16, K // 16) if block_2d else lead + (kq // block,)
-        scales = torch.empty(sshape, dtype=torch.float32 if scale_mode == "fp32" else torch.uint8, device=dev)
+        codes = torch.empty(p.codes_shape, dtype=torch.uint8, device=dev)
+        scales = torch.empty(p.scales_shape, dtype=torch.float32 if scale_mode == "fp32" else torch.uint8,
+                             device=dev)
     if want_dequant:
-        out = torch.empty(x.shape, dtype=out_dtype, device=dev)
+        out = torch.empty(x.shape, dtype=p.out_dtype, device=dev)
     if x.numel() == 0:
         tscale.fill_(1.0)
         return codes, scales, tscale, out
-    out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
-    x_bits = interpret and x.dtype == torch.bfloat16
-    xk = x.view(torch.int16) if x_bits else x
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
-    amax = tscale
-    grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
-    common = dict(BM=bm, NG=ng, COLWISE=colwise, I64=x.numel() >= 2**31, RHT=rht_signs is not None,
-                  X_BITS=x_bits, num_warps=nw, enable_fp_fusion=False)
-    if scale_mode == "e4m3":  # a first pass over x: the tensor amax must be known before any block scale
-        amax = _amax(x, None if rht_signs is None else signs, M, K, colwise, interpret)
-    _launch(_quantize_kernel, grid, interpret, dict(num_warps=common.pop("num_warps"), enable_fp_fusion=False),
-            x_ptr=xk, out_ptr=(out.view(torch.int16) if out_mode == 2 else out) if want_dequant else tscale,
-            codes_ptr=codes if want_codes else tscale, scales_ptr=scales if want_codes else tscale,
-            signs_ptr=signs, amax_ptr=amax, tscale_ptr=tscale, M=M, K=K, seed=seed,
-            QB=block, BLOCK_2D=block_2d, KEEP_ROTATED=keep_rotated, SCALE=SCALE_MODES[scale_mode], SR=sr,
-            UNIFORM=uniform, STEP=step, CB=_f32_bits(step * 2.0**23), G=g_max,
-            E8_SHIFT=math.floor(math.log2(g_max)), FAST_DIV=fast_div and not interpret and step >= 0.5,
-            WANT_CODES=want_codes, WANT_DEQUANT=want_dequant, OUT_MODE=out_mode,
-            **{k: v for k, v in common.items() if k != "enable_fp_fusion"})
+    amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret) \
+        if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale
+    xk = x.view(torch.int16) if p.x_bits else x
+    args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
+            codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
+            tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
+            seed_t is not None) + p.constexprs
+    aligned = (x.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
+    wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
+    _launch(_quantize_kernel, p.grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
     if want_codes and scale_mode == "e4m3":
         scales = scales.view(torch.float8_e4m3fn)
     return codes, scales, tscale, out
 
 
+class _Plan(NamedTuple):
+    """What quantize() derives from its arguments' static properties (cached per combination)."""
+    colwise: bool
+    M: int
+    K: int
+    grid: tuple
+    codes_shape: tuple
+    scales_shape: tuple
+    out_dtype: torch.dtype
+    out_mode: int
+    x_bits: bool
+    constexprs: tuple
+    options: tuple
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d, dim, out_dtype, keep_rotated,
+          want_codes, want_dequant, tile, fast_div) -> _Plan:
+    """Validate quantize()'s arguments once per combination (bad ones raise, and are not cached) and
+    lay out its launch: sizes, grid, output shapes and the kernel's constexpr arguments."""
+    colwise, kq = _check(shape, dtype, levels, block, scale_mode, rht, block_2d, dim, out_dtype, want_codes,
+                         want_dequant)
+    uniform, step = _grid_params(levels)
+    g_max = float(levels[-1])
+    bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile)
+    numel = math.prod(shape)
+    M, K = _view_mk(numel, kq, colwise, block_2d)
+    lead = (shape[1],) if colwise else tuple(shape[:-1])
+    out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
+    x_bits = interpret and dtype == torch.bfloat16
+    constexprs = (bm, ng, block, block_2d, colwise, numel >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
+                  sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
+                  fast_div and not interpret and step >= 0.5, want_codes, want_dequant, out_mode, x_bits)
+    return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
+                 (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
+                 constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
+
+
+_SCRATCH = {}
+
+
+def _scratch(device) -> torch.Tensor:
+    """A 4-byte tensor per device for the outputs a call does not return (the kernel writes them)."""
+    t = _SCRATCH.get(device)
+    if t is None:
+        t = _SCRATCH[device] = torch.empty((), dtype=torch.float32, device=device)
+    return t
+
+
 # Launch cost. kernel[grid](...) binds and specializes every argument on every call: tens of host
 # microseconds, which a small model's step (hundreds of quantize calls) pays in full. After the first
 # launch of a configuration, _launch keeps the compiled kernel and calls it directly. Its key holds
-# everything Triton compiles on: the launch options, every constexpr's value, each pointer's dtype
-# and 16-byte alignment, and each integer's class (1, a multiple of 16, other; 32 or 64 bits).
+# everything Triton compiles on: the plan (launch options, constexprs, sizes: M and K are
+# specialized on their divisibility, and the plan fixes them), each pointer's 16-byte alignment and
+# whether the seed comes from a pointer (the seed's value is not specialized: do_not_specialize).
 # NANOFP4_FAST_LAUNCH=0 launches through kernel[grid] every time (same kernels, same results).
 FAST_LAUNCH = os.environ.get("NANOFP4_FAST_LAUNCH", "1") != "0"
 _COMPILED = {}
 
 
-def _spec_class(v):
-    if isinstance(v, torch.Tensor):
-        return v.dtype, v.data_ptr() % 16 == 0
-    if isinstance(v, bool) or not isinstance(v, int):
-        return v
-    return v == 1, v % 16 == 0, -2**31 <= v < 2**31
-
-
-def _launch(kernel, grid, interpret: bool, options: dict, **params):
-    """kernel[grid](**params, **options), through the kept compiled kernel when there is one."""
+def _launch(kernel, grid, interpret: bool, options: tuple, key, args: tuple):
+    """kernel[grid](*args, **options), through the kept compiled kernel of `key` when there is one."""
     if interpret or not FAST_LAUNCH:
-        kernel[grid](**params, **options)
+        kernel[grid](*args, **dict(options))
         return
-    args = [params[p.name] for p in kernel.params]
-    key = (kernel, tuple(options.items()),
-           tuple(a if p.is_constexpr else _spec_class(a) for p, a in zip(kernel.params, args)))
     compiled = _COMPILED.get(key)
     if compiled is None:
-        _COMPILED[key] = kernel[grid](**params, **options)
+        _COMPILED[key] = kernel[grid](*args, **dict(options))
     else:
         compiled[grid + (1,) * (3 - len(grid))](*args)  # a compiled kernel takes a 3-D grid
 
@@ -646,20 +688,24 @@ def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:
 
 
 # The emulated-GEMM operand as a PyTorch operator, nanofp4::fake_quantize: torch.compile sees one
-# opaque node (no graph break), and stochastic rounding draws its Philox seed from torch's CPU
-# generator when the op runs, so runs are reproducible from torch.manual_seed. It is defined with
+# opaque node (no graph break). Stochastic rounding's Philox seed is an int32 tensor drawn on the
+# device in compiled graphs (quant.py passes it), else one from torch's CPU generator when the op
+# runs: either way runs are reproducible from torch.manual_seed. It is defined with
 # torch.library.Library, not the @custom_op decorator: a compiled graph calls it hundreds of times a
 # step, and the decorator's Python dispatch costs ~10 us more per call (bench/launch_bench.py).
 _LIB = torch.library.Library("nanofp4", "DEF")
 _LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
-            "bool block_2d, int dim, int seed, bool keep_rotated) -> Tensor")
+            "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None) -> Tensor")
 
 
 def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str, sr: bool,
                      signs: Optional[torch.Tensor], block_2d: bool, dim: int, seed: int,
-                     keep_rotated: bool) -> torch.Tensor:
-    """The op's body: fake_quantize with the op's positional arguments (seed < 0: draw one)."""
-    if sr and seed < 0:
+                     keep_rotated: bool, seed_t: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The op's body: fake_quantize with the op's positional arguments. SR's seed: seed_t (an int32
+    on x's device) if given, else `seed`, else (seed < 0) one drawn from torch's CPU generator."""
+    if seed_t is not None:
+        seed = seed_t
+    elif sr and seed < 0:
         seed = int(torch.randint(2**31 - 1, ()))
     return fake_quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
                          rht_signs=signs, block_2d=block_2d, dim=dim, seed=seed,
@@ -671,5 +717,5 @@ for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTER
 
 
 @torch.library.register_fake("nanofp4::fake_quantize")
-def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated):
+def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None):
     return torch.empty_like(x)

@@ -235,9 +235,10 @@ def _use_kernels(x) -> bool:
 
 def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
     """fake_quantize through the fused Triton kernel (kernels.py): rows of any tensor, or the columns
-    of a 2-D one (no transpose). Traced by torch.compile (or given a tensor subclass) it is the custom
-    op nanofp4::fake_quantize, one opaque node; eager, a plain tensor goes straight to the op's body,
-    skipping ~30 us of custom-op dispatch per call (hundreds of calls a step)."""
+    of a 2-D one (no transpose). Traced by torch.compile (or given a tensor subclass) it is the
+    operator nanofp4::fake_quantize, one opaque node; eager, a plain tensor goes straight to the op's
+    body, skipping the dispatch (hundreds of calls a step). Traced, SR's seed is drawn on the device
+    inside the graph (a tensor the kernel reads), so a replayed graph, a CUDA graph too, draws anew."""
     import kernels  # imports Triton; only needed when the kernels run
     compiling = torch.compiler.is_compiling()
     if "triton" not in BACKEND["logged"] and not compiling:
@@ -253,8 +254,10 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
     sr, seed = spec.rounding == "sr", -1 if seed is None else int(seed)
     kdim = -1 if moved or dim == x.dim() - 1 else 0
     if compiling or type(x) not in (torch.Tensor, nn.Parameter):
+        seed_t = torch.randint(2**31 - 1, (1,), dtype=torch.int32, device=x.device) \
+            if compiling and sr and seed < 0 else None
         y = torch.ops.nanofp4.fake_quantize(xk, list(spec.levels), spec.block, spec.scale, sr, signs,
-                                            spec.block_2d, kdim, seed, keep_rotated)
+                                            spec.block_2d, kdim, seed, keep_rotated, seed_t)
     else:  # the op's body: SR without a seed draws one from torch's CPU generator, as the op does
         seed = int(torch.randint(2**31 - 1, ())) if sr and seed < 0 else seed
         y = kernels.fake_quantize(xk, levels=spec.levels, block=spec.block, scale_mode=spec.scale, sr=sr,

@@ -41,18 +41,21 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     m.init_weights()
     r = quant.recipe_from_overrides(recipe, **args.quant) if recipe != "bf16" else quant.RECIPES["bf16"]
     moe.convert_experts(quant.convert(m, r), r)
+    mode = dict(mode=args.compile_mode) if args.compile_mode else {}
     if compile_blocks and args.compile in ("block", "blocks"):
         for block in m.layers:
-            block.compile()
+            block.compile(**mode)
         if args.compile == "block":
-            m.head = torch.compile(m.head)
+            m.head = torch.compile(m.head, **mode)
     elif compile_blocks and args.compile == "full":
-        m.compile()
+        m.compile(**mode)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
     x = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
     y = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
 
     def step():
+        if args.compile_mode == "reduce-overhead":  # a new step: the graphs' last outputs are done
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast("cuda", torch.bfloat16):
             _, loss = m(x, y)
         loss.backward()
@@ -94,7 +97,8 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
         print(f"--- host profile: {recipe} ({backend}), 2 steps", flush=True)
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.host_profile)
     tokens = args.batch * args.seq
-    res = dict(recipe=recipe, backend=backend, compiled=args.compile if compile_blocks else "none",
+    compiled = args.compile + (f" {args.compile_mode}" if args.compile_mode else "")
+    res = dict(recipe=recipe, backend=backend, compiled=compiled if compile_blocks else "none",
                step_ms=ms, gpu_busy_ms=busy_ms, tok_s=tokens / ms * 1e3,
                mfu=m.flops_per_token(args.seq) * tokens / (ms * 1e-3) / PEAK_FLOPS,
                peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss),
@@ -117,6 +121,8 @@ def main():
     ap.add_argument("--compile", default="block", choices=["block", "blocks", "full", "none"],
                     help="compile each transformer block and the LM head + loss apart (default), the blocks "
                          "only (head eager), the whole model, or nothing")
+    ap.add_argument("--compile-mode", default=None, choices=["reduce-overhead", "max-autotune-no-cudagraphs"],
+                    help="torch.compile's mode (reduce-overhead: CUDA graphs, no host launch cost)")
     ap.add_argument("--baseline", action="store_true", help="also time nvfp4 through the PyTorch reference")
     ap.add_argument("--quant", action="append", default=[], metavar="KEY=VALUE",
                     help="a quant override for every FP4 recipe (repeatable), e.g. pack_saved=true")

@@ -338,3 +338,40 @@ def test_pack_saved_through_the_kernels(name):
             assert torch.equal(a, b)
     finally:
         quant.set_backend("auto")
+
+
+def test_seed_tensor_gives_the_seed_bits():
+    """SR's seed read by the kernel from an int32 tensor (compiled graphs draw it on the device) gives
+    the bits of the same seed passed as an int; another seed gives other bits."""
+    spec = quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True)
+    x = make_x((32, 48), torch.bfloat16, seed=3).to(DEV)
+    for dim in (-1, 0):
+        a = kernels.quantize(x, **kernel_args(spec, dim, seed=1234))
+        b = kernels.quantize(x, **kernel_args(spec, dim, seed=torch.tensor([1234], dtype=torch.int32, device=DEV)))
+        c = kernels.quantize(x, **kernel_args(spec, dim, seed=torch.tensor([99], dtype=torch.int32, device=DEV)))
+        for f, s, what in zip(a, b, ("codes", "scales", "tensor scale", "dequant")):
+            assert_same_bits(f, s, f"{what} dim={dim}")
+        assert not torch.equal(a[3], c[3])
+    with pytest.raises(ValueError, match="one int32"):
+        kernels.quantize(x, **kernel_args(spec, -1, seed=torch.tensor([1, 2], dtype=torch.int32, device=DEV)))
+
+
+def test_compiled_sr_draws_its_seed_in_the_graph():
+    """Under torch.compile the SR seed is a tensor drawn inside the graph: torch.manual_seed
+    reproduces a run, the next call draws other noise, and RTNE still matches the eager bits."""
+    spec = quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True)
+    x = make_x((32, 64), torch.float32, seed=4).to(DEV)
+    f = torch.compile(lambda t: quant.fake_quantize(t, spec, 0), backend="aot_eager", fullgraph=True)
+    quant.set_backend("triton")
+    try:
+        torch.manual_seed(5)
+        a = f(x)
+        torch.manual_seed(5)
+        b, c = f(x), f(x)
+        rtne = quant.QuantSpec("e1m2", 16, "fp32", "rtne", rht=True)
+        g = torch.compile(lambda t: quant.fake_quantize(t, rtne, 0), backend="aot_eager", fullgraph=True)
+        assert torch.equal(g(x), quant.fake_quantize(x, rtne, 0))
+    finally:
+        quant.set_backend("auto")
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert not torch.equal(a, quant.fake_quantize(x, rtne, 0))
