@@ -265,7 +265,9 @@ class MoE(nn.Module):
         self.experts = GroupedExperts(m.n_routed_experts, cfg.d_model, m.expert_hidden)
         self.shared = SwiGLU(cfg.d_model, m.n_shared_experts * m.expert_hidden) if m.n_shared_experts else None
         self.register_buffer("expert_bias", torch.zeros(m.n_routed_experts))
-        self.load_E = None    # tokens per expert since update_bias(); not a buffer, which DDP would overwrite
+        # tokens per expert since update_bias(), this rank's: counted in place, so a compiled graph (a
+        # CUDA graph too) only adds to it (train.py's DDP does not broadcast buffers)
+        self.register_buffer("load_E", torch.zeros(m.n_routed_experts), persistent=False)
         self.aux_loss = None
         self.init_weights()
 
@@ -275,7 +277,7 @@ class MoE(nn.Module):
             w2 = any(part.startswith("w2") for part in name.split("."))
             nn.init.normal_(p, std=self.out_std if w2 else self.init_std)
         self.expert_bias.zero_()
-        self.load_E = None
+        self.load_E.zero_()
 
     def inactive_params(self) -> int:
         """Parameters a token does not use: the routed experts it is not sent to."""
@@ -312,7 +314,7 @@ class MoE(nn.Module):
             y_TD = y_TD + self.shared(x_TD)
         self.aux_loss = None
         if self.training:
-            self.load_E = counts_E.float() if self.load_E is None else self.load_E + counts_E
+            self.load_E += counts_E
             if m.seq_aux_loss_coef > 0:
                 self.aux_loss = self.seq_aux_loss(idx_TK.view(B, S, -1), scores_TE.view(B, S, -1))
         return y_TD.view(B, S, D)
@@ -350,7 +352,7 @@ def resample_rht(model, step: int):
 
 
 def _load_LE(layers):
-    return torch.stack([m.load_E if m.load_E is not None else torch.zeros_like(m.expert_bias) for _, m in layers])
+    return torch.stack([m.load_E for _, m in layers])
 
 
 def _stats(layers, load_LE) -> dict:
@@ -377,7 +379,7 @@ def update_bias(model) -> dict:
         dist.all_reduce(load_LE)
     for (_, m), load_E in zip(layers, load_LE):
         m.expert_bias += m.cfg.bias_update_rate * torch.sign(load_E.mean() - load_E)
-        m.load_E = None
+        m.load_E.zero_()
     return _stats(layers, load_LE)
 
 

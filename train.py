@@ -366,7 +366,9 @@ def parallelize(model, cfg: Config, mode: str, device, bf16: bool, sharded: bool
         model.to_empty(device=device)
         model.init_weights()
     if mode == 'ddp':  # DDP copies rank 0's weights to the others
-        return DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None), model
+        # no buffer broadcast: each rank counts its own MoE load (moe.update_bias sums them)
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None,
+                                       broadcast_buffers=False), model
     return model, model
 
 
