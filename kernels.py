@@ -487,15 +487,17 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         if block & (block - 1):
             raise ValueError(f"amax tile {tile}: BLOCK must be a power of two")
         grid = (min(_cdiv(x.numel(), block), programs),)
-        _amax_kernel[grid](x.view(torch.int16 if bf16 else torch.int32), amax, x.numel(), BLOCK=block,
-                           MASK=0x7FFF if bf16 else 0x7FFFFFFF, INF=0x7F80 if bf16 else 0x7F800000,
-                           SHIFT=16 if bf16 else 0, I64=i64, num_warps=nw)
+        args = (x.view(torch.int16 if bf16 else torch.int32), amax, x.numel(), block,
+                0x7FFF if bf16 else 0x7FFFFFFF, 0x7F80 if bf16 else 0x7F800000, 16 if bf16 else 0, i64)
+        _launch(_amax_kernel, grid, interpret, (("num_warps", nw),),
+                (_amax_kernel, grid, nw, args[2:], x.data_ptr() % 16), args)
     else:
         bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
-        _amax_rht_kernel[grid](x.view(torch.int16) if interpret and bf16 else x, signs, amax, M, K, BM=bm,
-                               NG=ng, COLWISE=colwise, I64=i64, X_BITS=interpret and bf16, num_warps=nw,
-                               enable_fp_fusion=False)
+        args = (x.view(torch.int16) if interpret and bf16 else x, signs, amax, M, K, bm, ng, colwise, i64,
+                interpret and bf16)
+        _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
+                (_amax_rht_kernel, grid, nw, args[3:], x.data_ptr() % 16, signs.data_ptr() % 16), args)
     return amax
 
 

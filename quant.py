@@ -493,7 +493,16 @@ class _QLinearFn(torch.autograd.Function):
 _SIGNS = {}
 
 
+@torch.compiler.assume_constant_result
+def _sign_values(seed: int) -> tuple:
+    return tuple(rht_lib.random_signs(seed).tolist())
+
+
 def _signs(seed, device):
+    """The 16 RHT signs of `seed` on device: cached eagerly; a constant of the graph when traced (a
+    tensor cached while tracing would be a graph's output, which a CUDA graph overwrites)."""
+    if torch.compiler.is_compiling():
+        return torch.tensor(_sign_values(seed), dtype=torch.float32, device=device)
     key = (seed, str(device))
     if key not in _SIGNS:
         _SIGNS[key] = rht_lib.random_signs(seed).to(device)

@@ -298,11 +298,13 @@ def test_kernel_backend_sr_is_reproducible_from_torch_seed():
 
 
 @pytest.mark.skipif(DEV != "cuda", reason="the kept-kernel launch path exists on GPUs only")
-@pytest.mark.parametrize("sr", [False, True])
-def test_fast_launch_gives_the_same_bits(sr):
-    """The kept compiled kernel (kernels.FAST_LAUNCH) computes what kernel[grid] computes, also when
-    a later call changes the sizes, a pointer's alignment or the seed's divisibility class."""
-    spec = quant.QuantSpec("e1m2", 16, "fp32", "sr" if sr else "rtne", rht=True)
+@pytest.mark.parametrize("spec", [quant.QuantSpec("e1m2", 16, "fp32", "rtne", rht=True),
+                                  quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True),
+                                  quant.QuantSpec("e2m1", 16, "e4m3", "rtne", rht=True),
+                                  quant.QuantSpec("e2m1", 16, "e4m3", "rtne")], ids=str)
+def test_fast_launch_gives_the_same_bits(spec):
+    """The kept compiled kernels (kernels.FAST_LAUNCH; the e4m3 amax passes too) compute what
+    kernel[grid] computes, also when a later call changes the sizes, a pointer's alignment or the seed."""
     flat = make_x((64, 96), torch.bfloat16, seed=11).flatten().to(DEV)
     cases = [(flat[:48 * 96].view(48, 96), 5), (flat[:16 * 96].view(16, 96), 32),  # sizes, seed % 16
              (flat[4:4 + 32 * 96].view(32, 96), 7)]                              # 8-byte aligned
