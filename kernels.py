@@ -490,14 +490,14 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         args = (x.view(torch.int16 if bf16 else torch.int32), amax, x.numel(), block,
                 0x7FFF if bf16 else 0x7FFFFFFF, 0x7F80 if bf16 else 0x7F800000, 16 if bf16 else 0, i64)
         _launch(_amax_kernel, grid, interpret, (("num_warps", nw),),
-                (_amax_kernel, grid, nw, args[2:], x.data_ptr() % 16), args)
+                (_amax_kernel, grid, nw, args[2:], x.dtype, x.data_ptr() % 16), args)
     else:
         bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         args = (x.view(torch.int16) if interpret and bf16 else x, signs, amax, M, K, bm, ng, colwise, i64,
                 interpret and bf16)
         _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
-                (_amax_rht_kernel, grid, nw, args[3:], x.data_ptr() % 16, signs.data_ptr() % 16), args)
+                (_amax_rht_kernel, grid, nw, args[3:], x.dtype, x.data_ptr() % 16, signs.data_ptr() % 16), args)
     return amax
 
 
@@ -567,7 +567,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     Returns (codes, scales, tensor_scale, dequant): codes uint8 [..., K/2] and scales [..., K/block]
     (block_2d: [M/16, K/16]) laid out with the quantized dim last, as quant.quantize stores them
     (fp32 | float8_e4m3fn | uint8 e8m0 biased exponent), or None without want_codes; tensor_scale a
-    0-d fp32 tensor (1 unless e4m3; without want_codes a scratch tensor that later calls overwrite);
+    0-d fp32 tensor (1 unless e4m3);
     dequant x's shape and layout in out_dtype, or None.
     """
     interpret = _check_device(x)
@@ -585,7 +585,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     if seed_t is not None and (seed_t.numel() != 1 or seed_t.dtype != torch.int32 or seed_t.device != dev):
         raise ValueError(f"a seed tensor must be one int32 on {dev}; got {seed_t.dtype} {tuple(seed_t.shape)} "
                          f"on {seed_t.device}")
-    tscale = torch.empty((), dtype=torch.float32, device=dev) if want_codes else _scratch(dev)
+    tscale = torch.empty((), dtype=torch.float32, device=dev)
     codes = scales = out = None
     if want_codes:
         codes = torch.empty(p.codes_shape, dtype=torch.uint8, device=dev)
@@ -604,7 +604,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
             codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
             seed_t is not None) + p.constexprs
-    aligned = (x.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
+    aligned = (x.dtype, x.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
     _launch(_quantize_kernel, p.grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
     if want_codes and scale_mode == "e4m3":
@@ -650,23 +650,13 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 
 
-_SCRATCH = {}
-
-
-def _scratch(device) -> torch.Tensor:
-    """A 4-byte tensor per device for the outputs a call does not return (the kernel writes them)."""
-    t = _SCRATCH.get(device)
-    if t is None:
-        t = _SCRATCH[device] = torch.empty((), dtype=torch.float32, device=device)
-    return t
-
-
 # Launch cost. kernel[grid](...) binds and specializes every argument on every call: tens of host
 # microseconds, which a small model's step (hundreds of quantize calls) pays in full. After the first
 # launch of a configuration, _launch keeps the compiled kernel and calls it directly. Its key holds
 # everything Triton compiles on: the plan (launch options, constexprs, sizes: M and K are
-# specialized on their divisibility, and the plan fixes them), each pointer's 16-byte alignment and
-# whether the seed comes from a pointer (the seed's value is not specialized: do_not_specialize).
+# specialized on their divisibility, and the plan fixes them; the plan fixes every pointer's dtype
+# but x's, which the key adds), each pointer's 16-byte alignment and whether the seed comes from a
+# pointer (the seed's value is not specialized: do_not_specialize).
 # NANOFP4_FAST_LAUNCH=0 launches through kernel[grid] every time (same kernels, same results).
 FAST_LAUNCH = os.environ.get("NANOFP4_FAST_LAUNCH", "1") != "0"
 _COMPILED = {}

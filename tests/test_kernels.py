@@ -307,7 +307,8 @@ def test_fast_launch_gives_the_same_bits(spec):
     kernel[grid] computes, also when a later call changes the sizes, a pointer's alignment or the seed."""
     flat = make_x((64, 96), torch.bfloat16, seed=11).flatten().to(DEV)
     cases = [(flat[:48 * 96].view(48, 96), 5), (flat[:16 * 96].view(16, 96), 32),  # sizes, seed % 16
-             (flat[4:4 + 32 * 96].view(32, 96), 7)]                              # 8-byte aligned
+             (flat[4:4 + 32 * 96].view(32, 96), 7),                              # 8-byte aligned
+             (flat[:48 * 96].view(48, 96).float(), 5)]                           # x's dtype
     for dim in (-1, 0):
         for x, seed in cases * 2:  # the second round runs through the kept kernels
             kernels.FAST_LAUNCH = True
