@@ -94,6 +94,8 @@ class TrainConfig:
     device: str = 'auto'  # auto (cuda if available) | cpu | cuda
     dtype: str = 'auto'  # autocast: auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32
     compile: bool = False
+    compile_mode: str = 'default'  # default | reduce-overhead: CUDA graphs, no per-kernel launch cost on the
+                                   # host (small models, MoE); one process (train.parallel none) on a GPU
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
     init: str = 'auto'  # fsdp: full (every rank draws the whole model, then keeps its shards: the same
@@ -156,6 +158,7 @@ class Config:
 CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfloat16', 'float32'),
            'train.resume': ('auto', 'true', 'false'), 'optim.schedule': ('cosine', 'wsd'),
            'train.parallel': ('auto', 'fsdp', 'ddp', 'none'), 'train.init': ('auto', 'full', 'sharded'),
+           'train.compile_mode': ('default', 'reduce-overhead'),
            'quant.backend': ('auto', 'torch', 'triton')}
 USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample | --export]'
 
@@ -325,6 +328,9 @@ def parallel_mode(c: TrainConfig, world: int) -> str:
     mode = c.parallel if c.parallel != 'auto' else 'fsdp' if world > 1 or torchrun else 'none'
     if mode == 'none' and world > 1:
         raise SystemExit(f'train.parallel=none is one process, but {world} were started; use fsdp or ddp')
+    if c.compile and c.compile_mode == 'reduce-overhead' and mode != 'none':
+        raise SystemExit(f'train.compile_mode=reduce-overhead (CUDA graphs) runs in one process, not under '
+                         f'{mode}; use train.compile_mode=default there')
     return mode
 
 
@@ -496,6 +502,7 @@ def evaluate(model, val: list, cfg: Config, rank: int, seq_len: int, device, aut
     total = torch.zeros((), device=device)
     for i in range(cfg.data.eval_batches):
         x, y = get_batch(val, [cfg.train.seed, 1, i, rank], cfg.data.batch_size, seq_len, device)
+        torch.compiler.cudagraph_mark_step_begin()  # under CUDA graphs (train.compile_mode); else a no-op
         with autocast:
             total += model(x, y)[1].float()
     dist.all_reduce(total)
@@ -534,7 +541,8 @@ def train(cfg: Config, rank: int, world: int, device):
     torch.manual_seed(c.seed + (rank if sharded and device.type == 'cpu' else 0))
     model, raw_model = parallelize(raw_model, cfg, mode, device, autocast_dtype == 'bfloat16', sharded)
     opt = make_optimizer(raw_model, o)
-    forward = torch.compile(model) if c.compile else model
+    graphs = c.compile and c.compile_mode == 'reduce-overhead' and device.type == 'cuda'
+    forward = torch.compile(model, mode=c.compile_mode if graphs else None) if c.compile else model
 
     # resume; record what runs
     start = 0
@@ -550,7 +558,8 @@ def train(cfg: Config, rank: int, world: int, device):
                 'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
-        f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile} | activation checkpointing '
+        f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
+        f'| activation checkpointing '
         f'{c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the embedding) | '
         f'{tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
@@ -573,6 +582,8 @@ def train(cfg: Config, rank: int, world: int, device):
             i = micro * world + rank  # this micro-batch's index in the step's global batch
             x, y = get_batch(data['train'], [c.seed, 0, step, i], cfg.data.batch_size, seq_len, device)
             seed_torch([c.seed, 2, step, i])
+            if graphs:  # a new micro-step: the CUDA graphs may overwrite the last one's outputs
+                torch.compiler.cudagraph_mark_step_begin()
             with grad_sync(model, micro == cfg.data.grad_accum - 1):
                 with autocast:
                     _, loss = (model if monitor else forward)(x, y)

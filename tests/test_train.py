@@ -1,5 +1,6 @@
 """train.py end to end on the CPU: short runs of configs/tiny.toml on a synthetic dataset written
 in the data/prepare.py format (meta.json + uint16 shards), run in-process through train.main."""
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -191,11 +192,19 @@ def test_bad_key_names_the_nearest(data_dir, tmp_path):
     assert 'train.max_steps expects int' in msg and "'ten'" in msg
     assert 'expects bool' in error_of(args(data_dir, tmp_path, '--train.compile=yes'))
     assert 'valid: auto, torch, triton' in error_of(args(data_dir, tmp_path, '--quant.backend=cuda'))
+    assert 'valid: default, reduce-overhead' in error_of(args(data_dir, tmp_path, '--train.compile_mode=max'))
     assert 'cannot read' in error_of(args(data_dir, tmp_path, 'max_steps=3'))
     assert 'no file' in error_of([str(tmp_path / 'nope.toml')])
     assert "unknown model preset 'tiney'" in error_of(args(data_dir, tmp_path, '--model.preset=tiney'))
     assert 'fprp' in error_of(args(data_dir, tmp_path, '--quant.recipe=ufp4', '--quant.rht=fprp'))
     assert 'rht_resample' in error_of(args(data_dir, tmp_path, '--quant.rht_resampel=true'))
+
+
+def test_cuda_graphs_need_one_process():
+    c = train.TrainConfig(compile=True, compile_mode='reduce-overhead', parallel='ddp')
+    with pytest.raises(SystemExit, match='reduce-overhead.*one process'):
+        train.parallel_mode(c, 1)
+    assert train.parallel_mode(dataclasses.replace(c, parallel='none'), 1) == 'none'
 
 
 def test_bad_config_file_key(data_dir, tmp_path):
