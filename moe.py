@@ -41,6 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import quant
+import rht as rht_lib
 
 log = logging.getLogger("nanofp4.moe")
 
@@ -184,11 +185,14 @@ class _GroupedLinearFn(torch.autograd.Function):
         return dx_MK, None, None, None, *dw_ENK.split([w.shape[1] for w in w_parts], 1)
 
 
-def grouped_linear(x_MK, w_ENK, offs_E, recipe, rht_seed=0):
+def grouped_linear(x_MK, w_ENK, offs_E, recipe, signs=None):
     """The rows of expert e (offs_E[e-1]:offs_E[e], int32 ends, aligned to 16) times w_ENK[e]ᵀ.
-    w_ENK may be a tuple of weights: one GEMM, their outputs side by side (as w1, w3 of a SwiGLU)."""
+    w_ENK may be a tuple of weights: one GEMM, their outputs side by side (as w1, w3 of a SwiGLU).
+    signs: the RHT signs (default: those of recipe.rht_seed)."""
     parts = tuple(w_ENK) if isinstance(w_ENK, (tuple, list)) else (w_ENK,)
-    return _GroupedLinearFn.apply(x_MK, offs_E, recipe, quant._signs(rht_seed, x_MK.device), *parts)
+    if signs is None:
+        signs = rht_lib.random_signs(recipe.rht_seed).to(x_MK.device)
+    return _GroupedLinearFn.apply(x_MK, offs_E, recipe, signs, *parts)
 
 
 # ----------------------------------------------------------------------------- the MoE layer
@@ -229,6 +233,7 @@ class GroupedExperts(nn.Module):
         self.w2_EDF = nn.Parameter(torch.empty(n_experts, d_model, hidden))
         self.w3_EFD = nn.Parameter(torch.empty(n_experts, hidden, d_model))
         self.recipe, self.rht_seed = quant.RECIPES["bf16"], 0
+        self.register_buffer("rht_signs", rht_lib.random_signs(0), persistent=False)  # quant.set_rht
 
     def block(self) -> int:
         """The largest quantization block of the recipe (16 at least): the alignment of expert groups."""
@@ -241,7 +246,7 @@ class GroupedExperts(nn.Module):
             raise ValueError(f"expert_hidden={F_} must be a multiple of {self.block()}, the block of recipe "
                              f"[{self.recipe.describe()}]: change expert_hidden or the block")
         with torch.autocast(dev, enabled=False):
-            lin = lambda a, w: grouped_linear(a, w, offs_E, self.recipe, self.rht_seed)
+            lin = lambda a, w: grouped_linear(a, w, offs_E, self.recipe, self.rht_signs)
             # w1 and w3 as one [E, 2F, D] GEMM, so x is quantized once; F is a multiple of the block,
             # so no block of that weight or of its [M, 2F] output gradient spans w1 and w3
             h1_MF, h3_MF = lin(x_MD.to(dtype), (self.w1_EFD.to(dtype), self.w3_EFD.to(dtype))).chunk(2, -1)
@@ -278,6 +283,7 @@ class MoE(nn.Module):
             nn.init.normal_(p, std=self.out_std if w2 else self.init_std)
         self.expert_bias.zero_()
         self.load_E.zero_()
+        quant.set_rht(self.experts, self.experts.rht_seed)
 
     def inactive_params(self) -> int:
         """Parameters a token does not use: the routed experts it is not sent to."""
@@ -341,14 +347,15 @@ def convert_experts(model, recipe):
     first, last = quant._n_blocks(recipe.bf16_first, n), quant._n_blocks(recipe.bf16_last, n)
     for i, ffn in _moe_layers(model):
         if first <= i < n - last:
-            ffn.experts.recipe, ffn.experts.rht_seed = recipe, recipe.rht_seed
+            ffn.experts.recipe = recipe
+            quant.set_rht(ffn.experts, recipe.rht_seed)
     return model
 
 
 def resample_rht(model, step: int):
     """A fresh RHT sign vector for the routed experts this step (recipe.rht_resample)."""
     for _, ffn in _moe_layers(model):
-        ffn.experts.rht_seed = ffn.experts.recipe.rht_seed + step
+        quant.set_rht(ffn.experts, ffn.experts.recipe.rht_seed + step)
 
 
 def _load_LE(layers):

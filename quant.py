@@ -490,52 +490,47 @@ class _QLinearFn(torch.autograd.Function):
                 *dw.split([p.shape[0] for p in w_parts]))
 
 
-_SIGNS = {}
+def set_rht(module: nn.Module, seed: int):
+    """Give a quantized module (QLinear, moe.GroupedExperts) the RHT signs of seed, in place: its
+    `rht_signs` buffer keeps its address, so compiled graphs (CUDA graphs too) read the new signs
+    without recompiling, and `rht_seed` records which they are."""
+    module.rht_seed = seed
+    with torch.no_grad():
+        module.rht_signs.copy_(rht_lib.random_signs(seed))
 
 
-@torch.compiler.assume_constant_result
-def _sign_values(seed: int) -> tuple:
-    return tuple(rht_lib.random_signs(seed).tolist())
-
-
-def _signs(seed, device):
-    """The 16 RHT signs of `seed` on device: cached eagerly; a constant of the graph when traced (a
-    tensor cached while tracing would be a graph's output, which a CUDA graph overwrites)."""
-    if torch.compiler.is_compiling():
-        return torch.tensor(_sign_values(seed), dtype=torch.float32, device=device)
-    key = (seed, str(device))
-    if key not in _SIGNS:
-        _SIGNS[key] = rht_lib.random_signs(seed).to(device)
-    return _SIGNS[key]
-
-
-def _qlinear(x, weights, bias, recipe, rht_seed, layer):
+def _qlinear(x, weights, bias, recipe, signs, layer):
     """x·[weights joined along N]ᵀ + bias through _QLinearFn, in the autocast dtype (autocast itself
-    off inside); weights: one tensor or a tuple of them."""
+    off inside); weights: one tensor or a tuple of them; signs: the RHT signs (a module's buffer)."""
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
     parts = weights if isinstance(weights, tuple) else (weights,)
     with torch.autocast(dev, enabled=False):
         b = None if bias is None else bias.to(dtype)
-        return _QLinearFn.apply(x.to(dtype), b, recipe, _signs(rht_seed, x.device), layer,
-                                *(w.to(dtype) for w in parts))
+        return _QLinearFn.apply(x.to(dtype), b, recipe, signs, layer, *(w.to(dtype) for w in parts))
 
 
 class QLinear(nn.Linear):
-    """nn.Linear whose three training GEMMs follow a Recipe. Bias stays high precision."""
+    """nn.Linear whose three training GEMMs follow a Recipe. Bias stays high precision. The RHT
+    signs are a buffer (not saved: set from the recipe's seed, and per step by resample_rht)."""
 
     def __init__(self, in_features, out_features, bias=True, recipe: Recipe = None, device=None, dtype=None):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.recipe = recipe or RECIPES["bf16"]
         self.rht_seed = self.recipe.rht_seed
+        self.register_buffer("rht_signs", rht_lib.random_signs(self.rht_seed).to(self.weight.device),
+                             persistent=False)
         self.layer = ""  # the dotted name in the model, for the monitor; set by convert()
+
+    def init_weights(self):  # after to_empty() from the meta device (model.init_weights calls it)
+        set_rht(self, self.rht_seed)
 
     def forward(self, x):
         if not self.recipe.quantized():
             return F.linear(x, self.weight, self.bias)
         # the layer name only when the monitor listens: read under torch.compile, it would be a
         # guard that differs per block, and blocks compiled apart would recompile until the limit
-        return _qlinear(x, self.weight, self.bias, self.recipe, self.rht_seed,
+        return _qlinear(x, self.weight, self.bias, self.recipe, self.rht_signs,
                         self.layer if MONITOR is not None else "")
 
     def extra_repr(self):
@@ -544,7 +539,8 @@ class QLinear(nn.Linear):
 
 def _joinable(layers) -> bool:
     """Whether linears that read one input can run as one GEMM over their weights joined along N:
-    QLinears of one quantized recipe and RHT seed, no role with e4m3 scales (its tensor scale would
+    QLinears of one quantized recipe (so one RHT seed: convert and resample_rht set it per recipe;
+    reading rht_seed here would make compiled graphs guard on it), no role with e4m3 scales (its tensor scale would
     then span the joined weight, not each), every output width a whole number of blocks (so no block
     or RHT group of dY or of a weight column spans two layers), and the monitor off (it reports per
     layer). Then every block of every operand is the one the separate layers quantize."""
@@ -552,7 +548,7 @@ def _joinable(layers) -> bool:
     if MONITOR is not None or not all(isinstance(layer, QLinear) for layer in layers):
         return False
     recipe = first.recipe
-    if not recipe.quantized() or any(m.recipe is not recipe or m.rht_seed != first.rht_seed for m in layers):
+    if not recipe.quantized() or any(m.recipe is not recipe for m in layers):
         return False
     specs = [s for s in recipe.specs().values() if s is not None]
     return all(s.scale != "e4m3" for s in specs) and \
@@ -568,7 +564,7 @@ def linears(x, *layers):
         return tuple(layer(x) for layer in layers)
     bias = None if all(m.bias is None for m in layers) else torch.cat(
         [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
-    y = _qlinear(x, tuple(m.weight for m in layers), bias, layers[0].recipe, layers[0].rht_seed, "")
+    y = _qlinear(x, tuple(m.weight for m in layers), bias, layers[0].recipe, layers[0].rht_signs, "")
     return y.split([m.out_features for m in layers], dim=-1)
 
 
@@ -587,6 +583,7 @@ def convert(model: nn.Module, recipe) -> nn.Module:
                 continue
             q = QLinear(mod.in_features, mod.out_features, mod.bias is not None, recipe, device="meta")
             q.weight, q.bias, q.layer = mod.weight, mod.bias, f"layers.{i}.{name}"
+            q.rht_signs = rht_lib.random_signs(q.rht_seed).to(mod.weight.device)  # meta: init_weights
             parent = block.get_submodule(name.rpartition(".")[0]) if "." in name else block
             setattr(parent, name.rpartition(".")[2], q)
     return model
@@ -596,4 +593,4 @@ def resample_rht(model: nn.Module, step: int):
     """Give every QLinear a fresh RHT sign vector for this step (recipe.rht_resample)."""
     for m in model.modules():
         if isinstance(m, QLinear):
-            m.rht_seed = m.recipe.rht_seed + step
+            set_rht(m, m.recipe.rht_seed + step)

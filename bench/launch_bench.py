@@ -17,6 +17,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import kernels  # noqa: E402
 import quant  # noqa: E402
+import rht  # noqa: E402
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -41,7 +42,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("launch_bench.py needs a CUDA GPU")
     x = torch.randn(args.rows, 512, device="cuda", dtype=torch.bfloat16)
-    signs = quant._signs(0, x.device)
+    signs = rht.random_signs(0).to(x.device)
     spec = quant.RECIPES["ufp4"].fprop_x  # e1m2, fp32 scales, 16-blocks, RHT, RTNE
     sr = quant.RECIPES["ufp4"].dgrad_dy
     levels = list(spec.levels)

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 import model as M  # noqa: E402
 import moe  # noqa: E402
 import quant  # noqa: E402
+import rht  # noqa: E402
 
 # the kernels on CPU tensors: Triton's interpreter, which conftest.py picks where there is no GPU
 CPU_KERNELS = pytest.mark.skipif(os.environ.get('TRITON_INTERPRET') != '1', reason='needs TRITON_INTERPRET=1')
@@ -245,11 +246,11 @@ def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, nam
     x_T[3, :16] *= 50  # an outlier block
     w = (torch.randn(E, N, Kd, generator=g) * 0.1).requires_grad_()
     x_M = torch.zeros(M_, Kd).index_copy(0, rows, x_T).requires_grad_()
-    y_M = moe.grouped_linear(x_M, w, offs, r, rht_seed=r.rht_seed)
+    y_M = moe.grouped_linear(x_M, w, offs, r)
     y_M.backward(torch.zeros(M_, N).index_copy(0, rows, dy_T))
 
     monkeypatch.setitem(quant.BACKEND, 'name', 'torch')
-    signs = quant._signs(r.rht_seed, 'cpu')
+    signs = rht.random_signs(r.rht_seed)
     for e, n in enumerate(sizes):
         if n == 0:
             assert w.grad[e].abs().max() == 0
@@ -303,7 +304,7 @@ def test_expert_weights_along_dim1_are_the_columns_of_one_matrix(monkeypatch, ba
     g = torch.Generator().manual_seed(12)
     w = torch.randn(3, 64, 24, generator=g).bfloat16()
     w[1, 5:9] *= 40  # outliers in expert 1: large scales that must stay in its own blocks
-    signs = quant._signs(0, 'cpu')
+    signs = rht.random_signs(0)
     for keep in (False, True):
         got = moe._fake_quantize(w, spec, 1, signs, keep, None)
         ref = torch.stack([quant.quantize(w[e], spec, 0, signs=signs).dequantize(keep_rotated=keep)

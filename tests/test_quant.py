@@ -1112,3 +1112,28 @@ def test_pack_saved_gives_the_same_gradients_from_4_bits(name):
     assert n_p < n_x / 2  # fp32 X (4 bytes) against 0.5 + (scale bytes) / block
     with pytest.raises(ValueError, match="quantizes nothing"):
         quant.recipe_from_overrides("bf16", pack_saved="true")
+
+
+def test_rht_resample_under_compile_keeps_one_graph():
+    """recipe.rht_resample changes the RHT signs every step in place (a buffer): a compiled model
+    does not recompile for them and computes what the eager model computes with the same signs."""
+    import model as model_lib
+    import moe
+    from torch._dynamo.utils import counters
+    recipe = quant.recipe_from_overrides("ufp4", rht_resample="true", sr="none")
+    cfg = model_lib.get_config("moe-tiny", seq_len=16)
+    torch.manual_seed(0)
+    m = moe.convert_experts(quant.convert(model_lib.Transformer(cfg), recipe), recipe)
+    f = torch.compile(m, backend="aot_eager")
+    x = torch.randint(0, cfg.vocab_size, (2, 16))
+    m(x)  # the first eager call logs which quantizer ran (a compiled graph would guard on that)
+    torch._dynamo.reset()
+    counters.clear()
+    graphs = []
+    for step in range(3):
+        quant.resample_rht(m, step)
+        moe.resample_rht(m, step)
+        assert torch.equal(m.layers[1].ffn.experts.rht_signs, rht.random_signs(step))
+        assert torch.equal(f(x)[0], m(x)[0])
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] == graphs[-1] and len({s.rht_seed for s in m.modules() if hasattr(s, "rht_seed")}) == 1
