@@ -403,6 +403,43 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         _store_tile(out_ptr, dq, base, mask, M, COLWISE)
 
 
+@triton.jit
+def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
+                       NG: tl.constexpr, QB: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
+                       KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, UNIFORM: tl.constexpr,
+                       STEP: tl.constexpr, NL: tl.constexpr, OUT_MODE: tl.constexpr):
+    """_quantize_kernel's dequant branch from stored codes and scales, on NG groups of 16 of the N
+    elements viewed as one row. Byte 4h + i of a group holds elements j = 2i, 2i + 1 (low, high
+    nibble) of the tile [.., j, h]; the level of index idx >= NL (past the grid) is 0."""
+    _, _, mask, base = _tile_offsets(0, tl.program_id(0), 1, N, 1, NG, False, I64)
+    byte = tl.load(codes_ptr + (base // 2)[:, :, None] + tl.arange(0, 8)[None, None, :], mask=mask[:, :, None])
+    byte = tl.permute(tl.reshape(byte.to(tl.int32), (1, NG, 2, 4)), (0, 1, 3, 2))    # [1, NG, i, h]
+    code = tl.reshape(tl.permute(tl.join(byte & 15, byte >> 4), (0, 1, 2, 4, 3)), (1, NG, 8, 2))
+    idx = code & 7
+    if UNIFORM:
+        lv = idx * STEP
+    else:  # E2M1: 0, .5, 1, 1.5 | 2, 3 | 4, 6
+        lv = tl.where(idx < 4, idx * 0.5, tl.where(idx < 6, idx - 2.0, idx * 2.0 - 8.0))
+    lv = tl.where(idx < NL, lv, 0.0)
+    q = _bits_to_f32(lv.to(tl.int32, bitcast=True) | ((code & 8) << 28))  # ±level (-0.0 kept)
+    s = tl.load(scales_ptr + base // QB, mask=mask)                   # [1, NG]: the group's block scale
+    if SCALE == 1:  # t * e4m3 (b: its bits, moved into fp32's and times 2**(127 - 7)); 0x7F, 0xFF NaN
+        b = s.to(tl.int32)
+        v = _bits_to_f32(((b & 0x80) << 24) | ((b & 0x7F) << 20)) * 1.329227995784916e36
+        s = tl.where((b & 0x7F) == 0x7F, float("nan"), tl.load(tscale_ptr) * v)
+    elif SCALE == 2:  # e8m0: 2**(b - 127), 255 NaN
+        b = s.to(tl.int32)
+        s = tl.where(b == 255, float("nan"), _pow2(b - 127))
+    dq = q * s[:, :, None, None]
+    if RHT and not KEEP_ROTATED:
+        dq = _butterfly(dq) * 0.25 * _signs(signs_ptr)
+    if OUT_MODE == 1:
+        dq = dq.to(tl.bfloat16)
+    elif OUT_MODE == 2:
+        dq = _bf16_rne(dq)
+    _store_tile(out_ptr, dq, base, mask, 1, False)
+
+
 # ----------------------------------------------------------------------------- launchers
 _FLOATS = (torch.bfloat16, torch.float32)
 _TILES = {"row": (1, 128, 4), "2d": (16, 16, 4), "col": (64, 4, 4)}  # (BM, NG, num_warps), H200 sweep
@@ -679,6 +716,64 @@ def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:
     return quantize(x, want_codes=False, want_dequant=True, **kwargs)[3]
 
 
+_SCALE_DTYPES = {"fp32": torch.float32, "e4m3": torch.float8_e4m3fn, "e8m0": torch.uint8}  # as stored
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, *, levels: tuple,
+               block: int = 16, scale_mode: str = "fp32", rht_signs: Optional[torch.Tensor] = None,
+               keep_rotated: bool = False, out_dtype: torch.dtype = torch.bfloat16,
+               tile: Optional[tuple] = None, block_2d: bool = False) -> torch.Tensor:
+    """quant.QTensor.dequantize bit for bit, of quantize()'s codes uint8 [..., K/2], scales [..., K/block]
+    (fp32 | float8_e4m3fn | uint8 e8m0) and 0-d fp32 tensor_scale (e4m3: block scale = tensor_scale *
+    scale): [..., K] in out_dtype with the quantized dim last (the caller moves it). With rht_signs it
+    is rotated back unless keep_rotated; tile: (BM, NG, num_warps) as quantize's (BM is 1: rows)."""
+    interpret, dev = _check_device(codes), codes.device
+    if not (codes.is_contiguous() and scales.is_contiguous()):
+        raise ValueError("dequantize reads contiguous codes and scales: call .contiguous() on them first")
+    p = _dequant_plan(tuple(codes.shape), codes.dtype, tuple(scales.shape), scales.dtype, interpret, tuple(levels),
+                      block, block_2d, scale_mode, rht_signs is not None, keep_rotated, out_dtype,
+                      None if tile is None else tuple(tile))
+    if tensor_scale.numel() != 1 or tensor_scale.dtype != torch.float32:
+        raise ValueError(f"tensor_scale must be one fp32 value, got {tensor_scale.dtype} {tuple(tensor_scale.shape)}")
+    signs = tensor_scale if rht_signs is None else rht_signs
+    if signs.numel() != 16 and rht_signs is not None or any(t.device != dev for t in (scales, tensor_scale, signs)):
+        raise ValueError(f"scales, tensor_scale and rht_signs (16 values) must be on the codes' device {dev}")
+    out_shape, grid, constexprs, options = p
+    out = torch.empty(out_shape, dtype=out_dtype, device=dev)
+    if out.numel() == 0:
+        return out
+    signs = signs.to(torch.float32).contiguous()
+    args = (codes, scales.view(torch.uint8) if scale_mode == "e4m3" else scales, tensor_scale, signs,
+            out.view(torch.int16) if constexprs[-1] == 2 else out, out.numel()) + constexprs
+    aligned = tuple(t.data_ptr() % 16 for t in (codes, scales, tensor_scale, signs))  # Triton specializes on these
+    _launch(_dequantize_kernel, grid, interpret, options, (_dequantize_kernel, p, aligned), args)
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, block, block_2d, scale_mode, rht,
+                  keep_rotated, out_dtype, tile) -> tuple:
+    """Validate dequantize()'s arguments once per combination: (out shape, grid, constexprs, options)."""
+    if block_2d:
+        raise ValueError("dequantize does not take block_2d (16x16 tile) scales: use quant.QTensor.dequantize")
+    if scale_mode not in _SCALE_DTYPES or block not in (16, 32) or out_dtype not in _FLOATS:
+        raise ValueError(f"dequantize takes scale_mode in {tuple(_SCALE_DTYPES)}, block 16 or 32 and out_dtype "
+                         f"bf16 or fp32; got {scale_mode!r}, {block}, {out_dtype}")
+    if dtype != torch.uint8 or scales_dtype != _SCALE_DTYPES[scale_mode]:
+        raise ValueError(f"scale_mode {scale_mode!r} needs uint8 codes and {_SCALE_DTYPES[scale_mode]} scales; "
+                         f"got {dtype} and {scales_dtype}")
+    K = 2 * shape[-1] if shape else 0
+    if not shape or K % block or scales_shape != shape[:-1] + (K // block,):
+        raise ValueError(f"codes [..., K/2] with K a multiple of block={block} need scales [..., K/{block}]: for "
+                         f"codes {shape}, scales {shape[:-1] + (K // block,)}; got scales {scales_shape}")
+    uniform, step = _grid_params(levels)
+    _, ng, nw = _tile(False, interpret, block, False, tile)
+    N = math.prod(shape) * 2
+    constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], uniform, step, len(levels),
+                  0 if out_dtype == torch.float32 else (2 if interpret else 1))
+    return shape[:-1] + (K,), (_cdiv(N // 16, ng),), constexprs, (("num_warps", nw), ("enable_fp_fusion", False))
+
+
 # The emulated-GEMM operand as a PyTorch operator, nanofp4::fake_quantize: torch.compile sees one
 # opaque node (no graph break). Stochastic rounding's Philox seed is an int32 tensor drawn on the
 # device in compiled graphs (quant.py passes it), else one from torch's CPU generator when the op
@@ -688,6 +783,11 @@ def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:
 _LIB = torch.library.Library("nanofp4", "DEF")
 _LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
             "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None) -> Tensor")
+# an operand kept packed (quantize's codes, scales and tensor scale) and its dequantization:
+_LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode, Tensor? signs, int dim) "
+            "-> (Tensor, Tensor, Tensor)")
+_LIB.define("dequantize(Tensor codes, Tensor scales, Tensor tensor_scale, float[] levels, int block, "
+            "str scale_mode, Tensor? signs, bool keep_rotated, ScalarType out_dtype) -> Tensor")
 
 
 def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str, sr: bool,
@@ -704,10 +804,36 @@ def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str,
                          keep_rotated=keep_rotated)
 
 
+def quantize_codes_op(x, levels, block, scale_mode, signs, dim):
+    return quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs, dim=dim,
+                    want_dequant=False)[:3]
+
+
+def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
+    return dequantize(codes, scales, tensor_scale, levels=tuple(levels), block=block, scale_mode=scale_mode,
+                      rht_signs=signs, keep_rotated=keep_rotated, out_dtype=out_dtype)
+
+
 for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTERPRET themselves)
     _LIB.impl("fake_quantize", fake_quantize_op, _key)
+    _LIB.impl("quantize_codes", quantize_codes_op, _key)
+    _LIB.impl("dequantize", dequantize_op, _key)
 
 
 @torch.library.register_fake("nanofp4::fake_quantize")
 def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None):
     return torch.empty_like(x)
+
+
+@torch.library.register_fake("nanofp4::quantize_codes")
+def _(x, levels, block, scale_mode, signs, dim):
+    colwise, k = _check(tuple(x.shape), x.dtype, tuple(levels), block, scale_mode, signs is not None, False,
+                        dim, torch.float32, True, False)
+    lead = (x.shape[1],) if colwise else tuple(x.shape[:-1])
+    return (x.new_empty(lead + (k // 2,), dtype=torch.uint8),
+            x.new_empty(lead + (k // block,), dtype=_SCALE_DTYPES[scale_mode]), x.new_empty((), dtype=torch.float32))
+
+
+@torch.library.register_fake("nanofp4::dequantize")
+def _(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
+    return codes.new_empty(tuple(codes.shape[:-1]) + (2 * codes.shape[-1],), dtype=out_dtype)
