@@ -12,6 +12,7 @@ What one call computes, for a 2-D view [M, K] of the input with K the quantized 
   4. outputs: packed codes (uint8, element 2i in the low nibble, code = sign<<3 | level index) with the
      stored scales, and/or the dequantized tensor q·scale (bf16 or fp32), rotated back by the inverse
      butterfly or kept in the rotated basis (the emulated GEMM path: both operands carry the same H').
+     dequantize() makes that tensor again from stored codes and scales (an operand kept packed).
 
 Orientation. `dim=-1` quantizes along rows ("rowwise"). `dim=0` quantizes a 2-D [R, C] tensor along
 its columns (the wgrad operands) without writing a transpose: the kernel reads the [R, C] layout, its

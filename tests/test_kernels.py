@@ -378,3 +378,111 @@ def test_compiled_sr_draws_its_seed_in_the_graph():
         quant.set_backend("auto")
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert not torch.equal(a, quant.fake_quantize(x, rtne, 0))
+
+
+# ----------------------------------------------------------------------------- dequantize from codes
+DEQUANT_SPECS = [quant.QuantSpec("e1m2", 16, "fp32", rht=True), quant.QuantSpec("e2m1", 16, "fp32"),
+                 quant.QuantSpec("e2m1", 16, "e4m3", rht=True), quant.QuantSpec("e2m1", 32, "e8m0"),
+                 quant.QuantSpec("e1m2", 16, "e4m3", rht=True), quant.QuantSpec("int4", 16, "fp32", rht=True)]
+
+
+def dequant_args(spec, **kw):
+    return dict(levels=spec.levels, block=spec.block, scale_mode=spec.scale,
+                rht_signs=SIGNS.to(DEV) if spec.rht else None, **kw)
+
+
+@pytest.mark.parametrize("spec", DEQUANT_SPECS, ids=str)
+def test_dequantize_equals_qtensor_dequantize(spec):
+    """kernels.dequantize of the kernel's own codes gives quant.QTensor.dequantize's bits (rotated back or
+    kept rotated, bf16 or fp32), with the quantized dim last: for codes made along dim 0 of [R, C] the
+    QTensor (dim=0) returns [R, C] and the kernel [C, R], its transpose."""
+    rows = make_x((15, 96), torch.bfloat16, seed=31).view(3, 5, 96)
+    cols = make_x((96, 7), torch.float32, seed=32)
+    rows[1, 1, 3], rows[2, 4, 40], cols[3, 1], cols[40, 6] = float("inf"), float("nan"), -float("inf"), float("nan")
+    for dim, x in ((-1, rows), (0, cols)):
+        codes, scales, t, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, dim, want_dequant=False))
+        ref = quant.QTensor(codes.cpu(), scales.cpu(), t.cpu(), spec, dim % x.dim(), x.dtype,
+                            SIGNS if spec.rht else None)
+        for keep_rotated in (False, True) if spec.rht else (False,):
+            for dtype in (torch.bfloat16, torch.float32):
+                got = kernels.dequantize(codes, scales, t, **dequant_args(spec, keep_rotated=keep_rotated,
+                                                                         out_dtype=dtype))
+                want = ref.dequantize(dtype, keep_rotated).movedim(ref.dim, -1)
+                assert got.shape == codes.shape[:-1] + (2 * codes.shape[-1],) and torch.isnan(got).any()
+                assert_same_bits(got, want, f"{spec} dim={dim} keep_rotated={keep_rotated} {dtype}")
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # huge scales: inf, and
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf - inf in the RHT
+@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
+def test_dequantize_any_codes_and_scales(scale):
+    """Every byte of codes and every stored scale pattern (e4m3: negative, subnormal, NaN; e8m0: 2**-127,
+    255 = NaN; fp32: NaN, -0, huge), on grids cut by max_level (level indices past the grid are 0)."""
+    g = torch.Generator().manual_seed(8)
+    specs = (quant.QuantSpec("e2m1", 16, scale, max_level=2.0),
+             quant.QuantSpec("e1m2", 32, scale, rht=True, max_level=2.5))
+    for spec in specs:  # 8 rows of 32 blocks: codes [8, 16 * block], scales [8, 32]
+        codes = torch.randint(0, 256, (8, 16 * spec.block), generator=g, dtype=torch.uint8)
+        codes[0, :256] = torch.arange(256, dtype=torch.uint8)           # every byte (pair of codes)
+        bits = torch.randperm(256, generator=g).to(torch.uint8).view(8, 32)  # every scale byte
+        scales = {"fp32": torch.randn(8, 32, generator=g) * torch.exp(30 * torch.randn(8, 32, generator=g)),
+                  "e4m3": bits.view(torch.float8_e4m3fn), "e8m0": bits}[scale]
+        if scale == "fp32":
+            scales[0, :3] = torch.tensor([float("nan"), -0.0, 0.0])
+        t = torch.tensor(3.0e-3)
+        ref = quant.QTensor(codes, scales, t, spec, 1, torch.float32, SIGNS)
+        for dtype in (torch.bfloat16, torch.float32):
+            got = kernels.dequantize(codes.to(DEV), scales.to(DEV), t.to(DEV), **dequant_args(spec, out_dtype=dtype))
+            assert_same_bits(got, ref.dequantize(dtype), f"{spec} {dtype}")
+
+
+def test_codes_operators_and_their_fake_shapes():
+    """nanofp4::quantize_codes / nanofp4::dequantize return what the functions return; their fake
+    implementations give the real shapes and dtypes (codes along dim 0 of [R, C] are [C, R/2]), also
+    inside a compiled graph."""
+    x = make_x((64, 96), torch.bfloat16, seed=12).to(DEV)
+    for spec, dim in ((DEQUANT_SPECS[2], 0), (DEQUANT_SPECS[3], -1), (DEQUANT_SPECS[0], -1)):
+        signs = SIGNS.to(DEV) if spec.rht else None
+        q_args = (x, list(spec.levels), spec.block, spec.scale, signs, dim)
+        got = torch.ops.nanofp4.quantize_codes(*q_args)
+        want = kernels.quantize(x, **kernel_args(spec, dim, want_dequant=False))[:3]
+        for g, w, what in zip(got, want, ("codes", "scales", "tensor scale")):
+            assert_same_bits(g, w, f"{spec} dim={dim} {what}")
+        d_args = tuple(got) + (list(spec.levels), spec.block, spec.scale, signs, False, torch.float32)
+        deq = torch.ops.nanofp4.dequantize(*d_args)
+        assert_same_bits(deq, kernels.dequantize(*got, **dequant_args(spec, out_dtype=torch.float32)), "dequant")
+        assert deq.shape == ((96, 64) if dim == 0 else (64, 96))
+        torch.library.opcheck(torch.ops.nanofp4.quantize_codes.default, q_args, test_utils="test_faketensor")
+        torch.library.opcheck(torch.ops.nanofp4.dequantize.default, d_args, test_utils="test_faketensor")
+
+    spec = DEQUANT_SPECS[2]
+
+    def roundtrip(t):
+        c, s, ts = torch.ops.nanofp4.quantize_codes(t, list(spec.levels), 16, "e4m3", SIGNS.to(DEV), 0)
+        return torch.ops.nanofp4.dequantize(c, s, ts, list(spec.levels), 16, "e4m3", SIGNS.to(DEV), False,
+                                            torch.bfloat16).t() + 1
+    compiled = torch.compile(roundtrip, backend="aot_eager", fullgraph=True)
+    assert_same_bits(compiled(x), roundtrip(x), "compiled roundtrip")
+
+
+def test_dequantize_bad_inputs_give_clear_errors():
+    spec = quant.QuantSpec("e2m1", 16, "e4m3")
+    codes, scales, t, _ = kernels.quantize(torch.randn(4, 64, device=DEV), **kernel_args(spec, -1))
+    args = dict(codes=codes, scales=scales, tensor_scale=t, levels=spec.levels, scale_mode="e4m3")
+    cases = [
+        (dict(block_2d=True), "block_2d"),
+        (dict(scales=scales[:, :2].contiguous()), r"scales \[\.\.\., K/16\]"),
+        (dict(block=32), r"scales \[\.\.\., K/32\]"),
+        (dict(scales=scales.float()), "float8_e4m3fn scales"),
+        (dict(codes=codes.to(torch.int32)), "uint8 codes"),
+        (dict(codes=codes.t()), r"contiguous\(\)"),
+        (dict(tensor_scale=torch.ones(2, device=DEV)), "tensor_scale must be one fp32"),
+        (dict(rht_signs=torch.ones(8, device=DEV)), "16 values"),
+        (dict(scale_mode="fp8"), "scale_mode in"),
+        (dict(out_dtype=torch.float16), "out_dtype"),
+        (dict(levels=(0.0, 1.0, 3.0)), "uniform grids"),
+    ]
+    for kw, message in cases:
+        a = {**args, **kw}
+        with pytest.raises(ValueError, match=message):
+            kernels.dequantize(a.pop("codes"), a.pop("scales"), a.pop("tensor_scale"), **a)
