@@ -415,27 +415,49 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=
 
 
 def _quantize_any(x, spec, dim, signs) -> QTensor:
-    """quantize(), through the Triton kernel where fake_quantize would use it (same codes and scales)."""
+    """quantize(), through the Triton kernel where fake_quantize would use it (same codes and scales);
+    traced by torch.compile, the operator nanofp4::quantize_codes (one opaque node)."""
     if not _use_kernels(x):
         return quantize(x, spec, dim, signs=signs)
     import kernels
-    codes, scales, t, _ = kernels.quantize(x.contiguous(), levels=spec.levels, block=spec.block,
-                                           scale_mode=spec.scale, rht_signs=signs if spec.rht else None,
-                                           block_2d=spec.block_2d, dim=dim, want_dequant=False)
-    return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, signs if spec.rht else None)
+    s = signs if spec.rht else None
+    if torch.compiler.is_compiling():
+        codes, scales, t = torch.ops.nanofp4.quantize_codes(x.contiguous(), list(spec.levels), spec.block,
+                                                           spec.scale, s, dim)
+    else:
+        codes, scales, t, _ = kernels.quantize(x.contiguous(), levels=spec.levels, block=spec.block,
+                                               scale_mode=spec.scale, rht_signs=s, dim=dim, want_dequant=False)
+    return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, s)
+
+
+def _dequantize(qt: QTensor, keep_rotated: bool) -> torch.Tensor:
+    """qt.dequantize(keep_rotated=...), through the Triton kernel where the kernels run (traced: the
+    operator nanofp4::dequantize), with the same bits."""
+    if not _use_kernels(qt.codes):
+        return qt.dequantize(keep_rotated=keep_rotated)
+    import kernels
+    spec = qt.spec
+    if torch.compiler.is_compiling():
+        y = torch.ops.nanofp4.dequantize(qt.codes, qt.scales, qt.tensor_scale, list(spec.levels), spec.block,
+                                         spec.scale, qt.signs, keep_rotated, qt.dtype)
+    else:
+        y = kernels.dequantize(qt.codes, qt.scales, qt.tensor_scale, levels=spec.levels, block=spec.block,
+                               scale_mode=spec.scale, rht_signs=qt.signs, keep_rotated=keep_rotated,
+                               out_dtype=qt.dtype)
+    return y.movedim(-1, qt.dim)
 
 
 def _packs(recipe) -> bool:
-    """recipe.pack_saved applies: X for wgrad is quantized deterministically (RTNE) and no monitor
-    needs X itself; the codes then dequantize to exactly the operand the backward would make."""
+    """recipe.pack_saved applies: X for wgrad is quantized deterministically (RTNE) in 1-D blocks and
+    no monitor needs X itself; the codes then dequantize to exactly the operand the backward would make."""
     s = recipe.wgrad_x
-    return recipe.pack_saved and s is not None and s.rounding == "rtne" and MONITOR is None
+    return recipe.pack_saved and s is not None and s.rounding == "rtne" and not s.block_2d and MONITOR is None
 
 
 def _operand(t, spec, dim, signs, keep_rotated):
     """The GEMM operand of t: fake_quantize(t), or t's dequantization if it is kept packed (QTensor)."""
     if isinstance(t, QTensor):
-        return t.dequantize(keep_rotated=keep_rotated)
+        return _dequantize(t, keep_rotated)
     return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
 
 

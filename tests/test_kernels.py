@@ -343,6 +343,28 @@ def test_pack_saved_through_the_kernels(name):
         quant.set_backend("auto")
 
 
+@pytest.mark.parametrize("name", ["ufp4", "nvfp4"])
+def test_pack_saved_compiles_to_one_graph(name):
+    """Under torch.compile the packed X goes through the operators quantize_codes and dequantize: one
+    graph (fullgraph), and the gradients of X kept packed equal those of X kept whole."""
+    quant.set_backend("triton")
+    try:
+        grads = []
+        for pack in ("false", "true"):
+            recipe = quant.recipe_from_overrides(name, pack_saved=pack, sr="none")
+            torch.manual_seed(0)
+            lin = quant.QLinear(64, 96, bias=False, recipe=recipe, device=DEV)
+            f = torch.compile(lin, backend="aot_eager", fullgraph=True)
+            x = torch.randn(2, 32, 64, device=DEV).bfloat16().requires_grad_()
+            y = f(x)
+            y.backward(torch.ones_like(y))
+            grads.append((x.grad, lin.weight.grad))
+        for a, b in zip(*grads):
+            assert torch.equal(a, b)
+    finally:
+        quant.set_backend("auto")
+
+
 def test_seed_tensor_gives_the_seed_bits():
     """SR's seed read by the kernel from an int32 tensor (compiled graphs draw it on the device) gives
     the bits of the same seed passed as an int; another seed gives other bits."""
