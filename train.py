@@ -12,12 +12,11 @@ each (below); `--section.key=value` overrides are type-checked against the field
 `preset` (model.PRESETS) and any ModelConfig field; [quant] takes `recipe` (quant.RECIPES), and any
 other [quant] key but `backend` goes, as a string, to quant.recipe_from_overrides.
 
-Parallelism (train.parallel): 'fsdp' shards weights, gradients and optimizer states over the
-ranks (FSDP2, one unit per transformer block and the root), 'ddp' keeps a whole copy per rank,
-'none' is one process; 'auto' is fsdp when torchrun starts more than one. Every mode runs the same
-code: the model is built on the meta device, allocated and initialized, then sharded (or not); with
-train.init=sharded (auto: models whose fp32 weights exceed a quarter of a GPU) each rank allocates
-and initializes only its shards, and the initial weights then depend on the world size.
+Parallelism (train.parallel): 'fsdp' shards weights, gradients and optimizer states over the ranks
+(FSDP2, one unit per transformer block and the root), 'ddp' keeps a whole copy per rank, 'none' is
+one process; 'auto' is fsdp under torchrun. Every mode runs the same code: the model is built on the
+meta device, allocated and initialized, then sharded (or not); with train.init=sharded each rank
+initializes only its shards, and the initial weights then depend on the world size.
 
 The run directory (log.out_dir) holds config.json (resolved config, git commit, package versions),
 log.jsonl (a record per step) and the checkpoint: ckpt.pt, one file written by one process (model,
@@ -28,10 +27,9 @@ sharded one into ckpt.pt. Randomness follows the seed and the position: micro-ba
 world + rank of a step draws its windows (numpy) and its stochastic rounding (torch's generators,
 reseeded) from (seed, step, i). So a resumed run repeats an uninterrupted one bit for bit (on the
 CPU), and world size and grad_accum can be traded without changing the batch. train.resume: 'auto'
-continues from the run directory's newest checkpoint if there is one, 'true' requires one, 'false'
-starts afresh. train.stop_after = N ends this invocation after N steps with a checkpoint (for job
-time limits). A non-finite loss or gradient norm stops the run before the optimizer step: the
-weights never see it, and the checkpoint on disk stays the last good one.
+continues from the newest checkpoint if any, 'true' requires one, 'false' starts afresh;
+train.stop_after=N ends this invocation after N steps with a checkpoint (job time limits). A
+non-finite loss or gradient norm stops the run before the optimizer step: weights and checkpoint never see it.
 """
 import dataclasses
 import difflib
@@ -94,13 +92,11 @@ class TrainConfig:
     device: str = 'auto'  # auto (cuda if available) | cpu | cuda
     dtype: str = 'auto'  # autocast: auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32
     compile: bool = False
-    compile_mode: str = 'default'  # default | reduce-overhead: CUDA graphs, no per-kernel launch cost on the
-                                   # host (small models, MoE); one process (train.parallel none) on a GPU
+    compile_mode: str = 'default'  # default | reduce-overhead (CUDA graphs: no per-kernel launch cost on
+                                   # the host, for small models and MoE; one process on a GPU)
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
-    init: str = 'auto'  # fsdp: full (every rank draws the whole model, then keeps its shards: the same
-                        # weights at any world size) | sharded (each rank draws only its shards: for
-                        # models too big for one device) | auto (full if the fp32 weights fit in 1/4 of it)
+    init: str = 'auto'  # fsdp: full | sharded (each rank draws only its shards) | auto: see sharded_init
     eval_interval: int = 50
     ckpt_interval: int = 0  # 0: a checkpoint at the end only; -1: none at all (benchmarks)
     resume: str = 'auto'  # auto | true | false
@@ -169,20 +165,20 @@ def scalar_fields(cls) -> dict:
 
 
 def parse_value(key: str, value, typ):
-    """A TOML value or a command-line string, checked against the field's type."""
-    if isinstance(value, str) and typ is not str:
-        text = value.strip().lower()
-        if typ is bool and text in ('true', 'false'):
-            value = text == 'true'
-        elif typ in (int, float):
-            try:
-                value = typ(text)
-            except ValueError:
-                pass  # reported just below
+    """A TOML value or a command-line string, checked against the field's type and CHOICES."""
+    if isinstance(value, str) and typ is bool:
+        value = {'true': True, 'false': False}.get(value.strip().lower(), value)
+    elif isinstance(value, str) and typ in (int, float):
+        try:
+            value = typ(value)
+        except ValueError:
+            pass  # reported just below
     if typ is float and type(value) is int:
         value = float(value)
     if type(value) is not typ:
         raise SystemExit(f'config: {key} expects {typ.__name__}, got {value!r}')
+    if value not in CHOICES.get(key, (value,)):
+        raise SystemExit(f"config: {key}={value!r} is not valid; valid: {', '.join(CHOICES[key])}")
     return value
 
 
@@ -196,9 +192,7 @@ def load_config(path: str, overrides: list[str]) -> Config:
     """Read the TOML file, apply the `--section.key=value` overrides, check every key and type."""
     if not Path(path).is_file():
         raise SystemExit(f'config: no file {path}; the configs are in configs/*.toml\n{USAGE}')
-    with open(path, 'rb') as f:
-        raw = tomllib.load(f)
-    items = []
+    raw, items = tomllib.loads(Path(path).read_text(encoding='utf-8')), []
     for section, table in raw.items():
         if not isinstance(table, dict):
             raise SystemExit(f"config: {path}: key '{section}' must be inside a [section]")
@@ -214,33 +208,29 @@ def load_config(path: str, overrides: list[str]) -> Config:
     for section, key, value in items:
         if section not in sections:
             raise unknown('section', section, sections)
-        obj, dest, valid = sections[section], None, scalar_fields(type(sections[section]))
+        obj, valid = sections[section], scalar_fields(type(sections[section]))
         if section == 'quant' and key not in valid:  # quant.recipe_from_overrides checks these
             obj.overrides[key] = (','.join(map(str, value)) if isinstance(value, list)
                                   else str(value).lower() if isinstance(value, bool) else str(value))
             continue
-        if section == 'model' and key not in valid:
-            dest, valid = obj.overrides, {'preset': str} | scalar_fields(ModelConfig)
+        if section == 'model':  # preset, or a ModelConfig field (model.get_config's overrides)
+            valid |= scalar_fields(ModelConfig)
         if key not in valid:
             raise unknown('key', f'{section}.{key}', [f'{section}.{k}' for k in valid])
         value = parse_value(f'{section}.{key}', value, valid[key])
-        if value not in CHOICES.get(f'{section}.{key}', (value,)):
-            raise SystemExit(f"config: {section}.{key}={value!r} is not valid; valid: "
-                             f"{', '.join(CHOICES[f'{section}.{key}'])}")
-        if dest is None:
-            setattr(obj, key, value)
+        if section == 'model' and key != 'preset':
+            obj.overrides[key] = value
         else:
-            dest[key] = value
+            setattr(obj, key, value)
     return cfg
 
 
 def run_info() -> dict:
     """The git commit of this file's repository and the versions of the packages doing the work."""
     try:
-        out = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True)
-        commit = out.stdout.strip() if out.returncode == 0 else 'unknown'
-    except FileNotFoundError:  # no git on this machine
+        commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent,
+                                capture_output=True, text=True, check=True).stdout.strip()
+    except (FileNotFoundError, subprocess.CalledProcessError):  # no git, or not in a repository
         commit = 'unknown'
     versions = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
     try:
@@ -280,9 +270,8 @@ def load_data(data_dir: str, seq_len: int, vocab_size: int) -> dict:
     splits = {}
     for split in ('train', 'val'):
         paths = [Path(data_dir) / name for name in meta[split]['shards']]
-        for p in paths:
-            if not p.is_file():
-                raise SystemExit(f'data: shard {p} in {meta_path} is missing; run data/prepare.py again')
+        if missing := [p for p in paths if not p.is_file()]:
+            raise SystemExit(f'data: shard {missing[0]} in {meta_path} is missing; run data/prepare.py again')
         shards = [np.memmap(p, dtype=np.uint16, mode='r') for p in paths]
         splits[split] = [s for s in shards if len(s) > seq_len]  # shorter ones hold no whole window
         if not splits[split]:
@@ -335,27 +324,25 @@ def parallel_mode(c: TrainConfig, world: int) -> str:
 
 
 def sharded_init(model, c: TrainConfig, mode: str, device) -> bool:
-    """Whether each rank initializes only its shards (train.init; 'auto': when the fp32 weights take
-    over a quarter of the device's memory). Otherwise every rank draws the whole model from the same
-    seed before sharding, so the weights are those of one process at any world size."""
-    if mode != 'fsdp' or c.init == 'full':
-        return False
-    if c.init == 'sharded':
-        return True
-    weight_bytes = 4 * sum(p.numel() for p in model.parameters())
-    return device.type == 'cuda' and weight_bytes > torch.cuda.get_device_properties(device).total_memory / 4
+    """Whether each rank initializes only its shards (fsdp; train.init 'auto': when the fp32 weights
+    take over a quarter of the device's memory). Otherwise (full) every rank draws the whole model
+    from the same seed before sharding, so the weights are those of one process at any world size."""
+    if mode == 'fsdp' and c.init == 'auto':
+        weight_bytes = 4 * sum(p.numel() for p in model.parameters())
+        return device.type == 'cuda' and weight_bytes > torch.cuda.get_device_properties(device).total_memory / 4
+    return mode == 'fsdp' and c.init == 'sharded'
 
 
 def parallelize(model, cfg: Config, mode: str, device, bf16: bool, sharded: bool = False):
     """Shard (fsdp) or replicate (ddp) a model built on the meta device, and allocate and initialize
-    its weights: before sharding, or (sharded) after it, so that no rank ever holds all of them.
-    Returns the module to call and the one that holds the parameters (the same but for DDP's wrapper)."""
+    every parameter and buffer (RoPE tables, MoE expert bias): before sharding, or (sharded) after it,
+    so that no rank ever holds all of them. Returns the module to call and the one that holds the
+    parameters (the same but for DDP's wrapper)."""
     if cfg.train.activation_checkpointing:  # the blocks' own forward, so parameter names are unchanged
         for block in model.layers:
             block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
     if not sharded:
-        model.to_empty(device=device)
-        model.init_weights()  # every parameter and buffer (RoPE tables, MoE expert bias)
+        model.to_empty(device=device).init_weights()
     if mode == 'fsdp':
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         # Blocks gather bf16 copies of their weights (fp32 without bf16 autocast) and reduce the
@@ -369,10 +356,9 @@ def parallelize(model, cfg: Config, mode: str, device, bf16: bool, sharded: bool
         fully_shard(model.tok_emb, mesh=mesh, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
         fully_shard(model, mesh=mesh, mp_policy=low)
     if sharded:
-        model.to_empty(device=device)
-        model.init_weights()
-    if mode == 'ddp':  # DDP copies rank 0's weights to the others
-        # no buffer broadcast: each rank counts its own MoE load (moe.update_bias sums them)
+        model.to_empty(device=device).init_weights()
+    if mode == 'ddp':  # DDP copies rank 0's weights to the others; no buffer broadcast: each rank
+        # counts its own MoE load (moe.update_bias sums them)
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None,
                                        broadcast_buffers=False), model
     return model, model
@@ -383,11 +369,6 @@ def grad_sync(model, sync: bool):
     if isinstance(model, FSDPModule):
         model.set_requires_gradient_sync(sync)
     return model.no_sync() if isinstance(model, DistributedDataParallel) and not sync else nullcontext()
-
-
-def seed_torch(key: list[int]):
-    """Reseed torch's generators (CPU and CUDA; stochastic rounding draws from them) from a key."""
-    torch.manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
 
 
 def make_optimizer(model, o: OptimConfig):
@@ -419,24 +400,20 @@ def autocast_for(cfg: Config, device):
 
 # ----------------------------------------------------------------------------- checkpoints
 def save_checkpoint(path: Path, model, opt, step: int, cfg: Config):
-    """One file, by one process: write path.tmp, then rename it (the old file stays whole until
-    the new one is). The optimizer state is keyed by parameter name (get_state_dict)."""
-    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-        raise RuntimeError(f'step {step}: refusing to write a checkpoint with non-finite weights')
-    model_sd, optim_sd = get_state_dict(model, opt)
-    tmp = path.with_name(path.name + '.tmp')
-    torch.save({'model': model_sd, 'optimizer': optim_sd, 'step': step, 'config': asdict(cfg)}, tmp)
-    os.replace(tmp, path)
-
-
-def save_sharded(run_dir: Path, model, opt, step: int, cfg: Config):
-    """Every rank writes its shards to run_dir/ckpt-<step>/ (torch.distributed.checkpoint); then
-    rank 0 commits: it renames ckpt.json.tmp to ckpt.json, which names the new directory, and
-    removes the older ones. A run stopped while saving keeps the previous ckpt.json and directory."""
+    """ckpt.pt: one file, by one process. ckpt.json (fsdp, ddp): every rank writes its shards to
+    ckpt-<step>/ (torch.distributed.checkpoint), then rank 0 commits ckpt.json, which names them, and
+    removes older ones. A file is written as NAME.tmp, then renamed: a save that is stopped leaves the
+    last checkpoint whole. The optimizer state is keyed by parameter name (get_state_dict)."""
     bad = sum((~torch.isfinite(p.to_local() if isinstance(p, DTensor) else p)).sum() for p in model.parameters())
-    dist.all_reduce(bad)
+    if path.suffix == '.json':
+        dist.all_reduce(bad)
     if bad.item():
         raise RuntimeError(f'step {step}: refusing to write a checkpoint with non-finite weights')
+    tmp, run_dir = path.with_name(path.name + '.tmp'), path.parent
+    if path.suffix == '.pt':
+        model_sd, optim_sd = get_state_dict(model, opt)
+        torch.save({'model': model_sd, 'optimizer': optim_sd, 'step': step, 'config': asdict(cfg)}, tmp)
+        return os.replace(tmp, path)
     name, rank0 = f'ckpt-{step:07d}', dist.get_rank() == 0
     if rank0:
         shutil.rmtree(run_dir / name, ignore_errors=True)  # a half-written one from a stopped run
@@ -445,8 +422,8 @@ def save_sharded(run_dir: Path, model, opt, step: int, cfg: Config):
     dcp.save({'model': model_sd, 'optimizer': optim_sd}, checkpoint_id=run_dir / name)
     if rank0:  # dcp.save returns on rank 0 after every rank's shards and the metadata are written
         side = {'step': step, 'dir': name, 'world_size': dist.get_world_size(), 'config': asdict(cfg)}
-        (run_dir / 'ckpt.json.tmp').write_text(json.dumps(side, indent=1) + '\n')
-        os.replace(run_dir / 'ckpt.json.tmp', run_dir / 'ckpt.json')
+        tmp.write_text(json.dumps(side, indent=1) + '\n')
+        os.replace(tmp, path)
         for old in run_dir.glob('ckpt-*'):
             if old.name != name:
                 shutil.rmtree(old)
@@ -515,7 +492,7 @@ def train(cfg: Config, rank: int, world: int, device):
     log = tqdm.write if rank == 0 else (lambda msg: None)
     c, o, run_dir = cfg.train, cfg.optim, Path(cfg.log.out_dir)
     mode, jsonl_path = parallel_mode(c, world), run_dir / 'log.jsonl'
-    ckpt_file = 'ckpt.pt' if mode == 'none' else 'ckpt.json'  # the sharded one: ckpt.json names it
+    ckpt_path = run_dir / ('ckpt.pt' if mode == 'none' else 'ckpt.json')  # ckpt.json names the shards
     found = find_checkpoint(run_dir) if c.resume != 'false' else None
     if c.resume == 'true' and found is None:
         raise SystemExit(f'train.resume=true but there is no checkpoint in {run_dir}')
@@ -545,10 +522,9 @@ def train(cfg: Config, rank: int, world: int, device):
     forward = torch.compile(model, mode=c.compile_mode if graphs else None) if c.compile else model
 
     # resume; record what runs
-    start = 0
     if found:
         load_checkpoint(found[2], raw_model, opt)
-        start = found[0]
+    start = found[0] if found else 0
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         kept = [line for line in jsonl_path.read_text().splitlines()
@@ -559,9 +535,8 @@ def train(cfg: Config, rank: int, world: int, device):
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
         f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
-        f'| activation checkpointing '
-        f'{c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the embedding) | '
-        f'{tokens_per_step:,} tokens/step')
+        f'| activation checkpointing {c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the '
+        f'embedding) | {tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
 
     last, recent = min(c.max_steps, start + c.stop_after) if c.stop_after else c.max_steps, []
@@ -573,15 +548,15 @@ def train(cfg: Config, rank: int, world: int, device):
         if recipe.rht_resample:  # a fresh RHT sign vector per step, the same on every rank
             quant.resample_rht(raw_model, step)
             moe.resample_rht(raw_model, step)
-        loss_sum = torch.zeros((), device=device)
-        monitor = None
+        loss_sum, monitor = torch.zeros((), device=device), None
         if cfg.log.quant_stats_interval and (step + 1) % cfg.log.quant_stats_interval == 0:
             from analysis.monitor import Recorder  # statistics of every quantized operand (quant.MONITOR)
             monitor = quant.MONITOR = Recorder()
         for micro in range(cfg.data.grad_accum):
             i = micro * world + rank  # this micro-batch's index in the step's global batch
             x, y = get_batch(data['train'], [c.seed, 0, step, i], cfg.data.batch_size, seq_len, device)
-            seed_torch([c.seed, 2, step, i])
+            # stochastic rounding draws from torch's generators (CPU and CUDA): reseed them from the key
+            torch.manual_seed(int(np.random.SeedSequence([c.seed, 2, step, i]).generate_state(1)[0]))
             if graphs:  # a new micro-step: the CUDA graphs may overwrite the last one's outputs
                 torch.compiler.cudagraph_mark_step_begin()
             with grad_sync(model, micro == cfg.data.grad_accum - 1):
@@ -596,7 +571,7 @@ def train(cfg: Config, rank: int, world: int, device):
         loss_v, norm_v = loss_sum.item() / (cfg.data.grad_accum * world), norm.item()
         if not (math.isfinite(loss_v) and math.isfinite(norm_v)):
             raise SystemExit(f'step {step + 1}: non-finite loss {loss_v} or grad norm {norm_v}; stopped before '
-                             f'the update. The last good checkpoint is {run_dir / ckpt_file} (if written); lower '
+                             f'the update. The last good checkpoint is {ckpt_path} (if written); lower '
                              '--optim.lr, raise --optim.warmup_steps or check the data and the recipe')
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -621,10 +596,7 @@ def train(cfg: Config, rank: int, world: int, device):
             with open(jsonl_path, 'a') as f:
                 f.write(json.dumps(rec) + '\n')
         if c.ckpt_interval >= 0 and ((c.ckpt_interval and done % c.ckpt_interval == 0) or done == last):
-            if mode == 'none':
-                save_checkpoint(run_dir / 'ckpt.pt', raw_model, opt, done, cfg)
-            else:
-                save_sharded(run_dir, raw_model, opt, done, cfg)
+            save_checkpoint(ckpt_path, raw_model, opt, done, cfg)
     if start >= last:
         log(f'nothing to do: the checkpoint is at step {start} of max_steps={c.max_steps}')
 
