@@ -633,7 +633,8 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         out = torch.empty(x.shape, dtype=p.out_dtype, device=dev)
     if x.numel() == 0:
         tscale.fill_(1.0)
-        return codes, scales, tscale, out
+        e4m3 = scales is not None and scale_mode == "e4m3"
+        return codes, scales.view(torch.float8_e4m3fn) if e4m3 else scales, tscale, out
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
     amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret) \
         if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale

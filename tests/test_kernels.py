@@ -508,3 +508,13 @@ def test_dequantize_bad_inputs_give_clear_errors():
         a = {**args, **kw}
         with pytest.raises(ValueError, match=message):
             kernels.dequantize(a.pop("codes"), a.pop("scales"), a.pop("tensor_scale"), **a)
+
+
+@pytest.mark.parametrize("scale, dtype", [("fp32", torch.float32), ("e4m3", torch.float8_e4m3fn),
+                                          ("e8m0", torch.uint8)])
+def test_empty_input_gives_empty_outputs_of_the_stored_dtypes(scale, dtype):
+    spec = quant.QuantSpec("e2m1", 32 if scale == "e8m0" else 16, scale)
+    x = torch.empty(0, 64, dtype=torch.bfloat16, device=DEV)
+    codes, scales, t, deq = kernels.quantize(x, **kernel_args(spec, -1))
+    assert codes.shape == (0, 32) and scales.shape == (0, 64 // spec.block) and scales.dtype == dtype
+    assert deq.shape == (0, 64) and float(t) == 1.0
