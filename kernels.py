@@ -170,6 +170,20 @@ def _store_tile(out_ptr, v, base, mask, M, COLWISE: tl.constexpr):
 
 
 @triton.jit
+def _store_dequant(out_ptr, dq, signs_ptr, base, mask, M, COLWISE: tl.constexpr, RHT: tl.constexpr,
+                   KEEP_ROTATED: tl.constexpr, OUT_MODE: tl.constexpr):
+    """Store the fp32 dequantized tile: rotated back (inverse butterfly, then the signs) unless
+    KEEP_ROTATED, in fp32 (OUT_MODE 0), native bf16 (1) or bf16 rounded with integer ops (2)."""
+    if RHT and not KEEP_ROTATED:
+        dq = _butterfly(dq) * 0.25 * _signs(signs_ptr)
+    if OUT_MODE == 1:
+        dq = dq.to(tl.bfloat16)
+    elif OUT_MODE == 2:
+        dq = _bf16_rne(dq)
+    _store_tile(out_ptr, dq, base, mask, M, COLWISE)
+
+
+@triton.jit
 def _bits_to_f32(b):
     return b.to(tl.float32, bitcast=True)
 
@@ -394,14 +408,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         tl.store(tscale_ptr, t)
     if WANT_DEQUANT:
         qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | sign)       # ±level (-0.0 kept)
-        dq = qs * deq[:, :, None, None]
-        if RHT and not KEEP_ROTATED:
-            dq = _butterfly(dq) * 0.25 * _signs(signs_ptr)
-        if OUT_MODE == 1:
-            dq = dq.to(tl.bfloat16)
-        elif OUT_MODE == 2:
-            dq = _bf16_rne(dq)
-        _store_tile(out_ptr, dq, base, mask, M, COLWISE)
+        _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, M, COLWISE, RHT,
+                       KEEP_ROTATED, OUT_MODE)
 
 
 @triton.jit
@@ -431,14 +439,7 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
     elif SCALE == 2:  # e8m0: 2**(b - 127), 255 NaN
         b = s.to(tl.int32)
         s = tl.where(b == 255, float("nan"), _pow2(b - 127))
-    dq = q * s[:, :, None, None]
-    if RHT and not KEEP_ROTATED:
-        dq = _butterfly(dq) * 0.25 * _signs(signs_ptr)
-    if OUT_MODE == 1:
-        dq = dq.to(tl.bfloat16)
-    elif OUT_MODE == 2:
-        dq = _bf16_rne(dq)
-    _store_tile(out_ptr, dq, base, mask, 1, False)
+    _store_dequant(out_ptr, q * s[:, :, None, None], signs_ptr, base, mask, 1, False, RHT, KEEP_ROTATED, OUT_MODE)
 
 
 # ----------------------------------------------------------------------------- launchers
