@@ -500,3 +500,109 @@ def test_empty_input_gives_empty_outputs_of_the_stored_dtypes(scale, dtype):
     codes, scales, t, deq = kernels.quantize(x, **kernel_args(spec, -1))
     assert codes.shape == (0, 32) and scales.shape == (0, 64 // spec.block) and scales.dtype == dtype
     assert deq.shape == (0, 64) and float(t) == 1.0
+
+
+E1M2 = quant.QuantSpec("e1m2", 16, "fp32").levels
+BOTH_CASES = {  # (rows, columns): quantize()'s arguments and rht
+    "ufp4 dY (SR, RHT)": (dict(levels=E1M2, sr=True, rht=True, keep_rotated=True),
+                          dict(levels=E1M2, sr=True, rht=True, keep_rotated=False)),
+    "nvfp4 (e4m3, RHT on columns)": (dict(levels=kernels.E2M1_LEVELS, scale_mode="e4m3", sr=True),
+                                     dict(levels=kernels.E2M1_LEVELS, scale_mode="e4m3", sr=True, rht=True)),
+    "e4m3 RHT on rows, codes": (dict(levels=E1M2, scale_mode="e4m3", rht=True, want_dequant=False),
+                                dict(levels=E1M2, scale_mode="e4m3")),
+    "mxfp4, fp32 out": (dict(levels=kernels.E2M1_LEVELS, block=32, scale_mode="e8m0", out_dtype=torch.float32),
+                        dict(levels=kernels.E2M1_LEVELS, block=32, scale_mode="e8m0", rht=True, want_codes=False)),
+}
+
+
+@pytest.mark.parametrize("case", BOTH_CASES)
+@pytest.mark.parametrize("shape", [(48, 80), (16, 112), (96, 32), (64, 64)])
+def test_quantize_both_matches_one_orientation_at_a_time(case, shape):
+    """quantize_both (one read of x for rows and columns) gives the bits of quantize along dim -1 and
+    dim 0, SR included (rows seeded `seed`, columns `seed + 1`), for any region tiling of the shape."""
+    row, col = BOTH_CASES[case]
+    if shape[1] % row.get("block", 16) or shape[0] % col.get("block", 16):
+        pytest.skip("the size is not a multiple of the block")
+    x = make_x(shape, torch.bfloat16, seed=sum(shape)).to(DEV)
+    got = kernels.quantize_both(x, row, col, rht_signs=SIGNS.to(DEV), seed=9)
+    for o, dim, g, seed in ((row, -1, got[0], 9), (col, 0, got[1], 10)):
+        kw = {k: v for k, v in o.items() if k != "rht"}
+        want = kernels.quantize(x, dim=dim, rht_signs=SIGNS.to(DEV) if o.get("rht") else None, seed=seed, **kw)
+        for a, b, what in zip(g, want, ("codes", "scales", "tensor scale", "dequant")):
+            if b is None:
+                assert a is None, f"{what} dim={dim}: not asked for, but returned"
+            else:
+                assert_same_bits(a, b, f"{case} {what} dim={dim}")
+
+
+def test_quantize_both_seed_tensor_and_errors():
+    """A seed tensor holds the rows' and the columns' SR seeds; bad input is refused with the fix."""
+    row, col = BOTH_CASES["ufp4 dY (SR, RHT)"]
+    x = make_x((32, 48), torch.bfloat16, seed=4).to(DEV)
+    a = kernels.quantize_both(x, row, col, rht_signs=SIGNS.to(DEV), seed=3)
+    b = kernels.quantize_both(x, row, col, rht_signs=SIGNS.to(DEV),
+                              seed=torch.tensor([3, 4], dtype=torch.int32, device=DEV))
+    for u, v in zip(a, b):
+        assert_same_bits(u[3], v[3], "dequant")
+    with pytest.raises(ValueError, match="multiples of 16"):
+        kernels.quantize_both(x[:, :40], row, col, rht_signs=SIGNS.to(DEV))
+    with pytest.raises(ValueError, match="two int32"):
+        kernels.quantize_both(x, row, col, rht_signs=SIGNS.to(DEV), seed=torch.zeros(1, dtype=torch.int32,
+                                                                                      device=DEV))
+    with pytest.raises(ValueError, match="needs rht_signs"):
+        kernels.quantize_both(x, row, col)
+
+
+@pytest.mark.parametrize("rht_rows, rht_cols", [(True, True), (False, True), (True, False), (False, False)])
+def test_amax_both_matches_tensor_amax(rht_rows, rht_cols):
+    """The one-read tensor amax of rows and columns equals tensor_amax along each dim."""
+    x = make_x((48, 80), torch.bfloat16, seed=6).to(DEV)
+    x[5, 7] = float("inf")  # ignored, as in the reference
+    signs = SIGNS.to(DEV, torch.float32)
+    a = kernels._amax_both(x, signs, rht_rows, rht_cols, DEV == "cpu").view(torch.float32)
+    for got, dim, r in ((a[0], -1, rht_rows), (a[1], 0, rht_cols)):
+        want = kernels.tensor_amax(x, rht_signs=signs if r else None, dim=dim)
+        assert_same_bits(got.reshape(()), want, f"amax dim={dim} rht={r}")
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="the kept-kernel launch path exists on GPUs only")
+def test_quantize_both_fast_launch_gives_the_same_bits():
+    """quantize_both's kept compiled kernel (constexpr tuples) computes what kernel[grid] computes."""
+    flat = make_x((64, 96), torch.bfloat16, seed=12).flatten().to(DEV)
+    for case in BOTH_CASES.values():
+        for x, seed in [(flat[:48 * 96].view(48, 96), 5), (flat[:16 * 96].view(16, 96), 32),
+                        (flat[4:4 + 32 * 96].view(32, 96), 7)] * 2:
+            kernels.FAST_LAUNCH = True
+            fast = kernels.quantize_both(x, *case, rht_signs=SIGNS.to(DEV), seed=seed)
+            kernels.FAST_LAUNCH = False
+            slow = kernels.quantize_both(x, *case, rht_signs=SIGNS.to(DEV), seed=seed)
+            kernels.FAST_LAUNCH = True
+            for f, s in zip(fast, slow):
+                for u, v in zip(f, s):
+                    if v is not None:
+                        assert_same_bits(u, v, f"{tuple(x.shape)} seed={seed}")
+
+
+def test_qlinear_backward_quantizes_dy_once(monkeypatch):
+    """With the kernels, the backward makes dY's dgrad rows and wgrad columns with one quantize_both
+    call, and dX, dW are those of the two-call path."""
+    calls = []
+    real = kernels.quantize_both
+    monkeypatch.setattr(kernels, "quantize_both", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    recipe = quant.recipe_from_overrides("ufp4", sr="none")
+    grads = []
+    quant.set_backend("triton")
+    try:
+        for pairs in (True, False):
+            if not pairs:
+                monkeypatch.setattr(quant, "_pairs", lambda *a: False)
+            torch.manual_seed(0)
+            lin = quant.QLinear(64, 48, bias=False, recipe=recipe, device=DEV)
+            x = torch.randn(32, 64, device=DEV).requires_grad_()
+            lin(x).sum().backward()
+            grads.append((x.grad, lin.weight.grad))
+    finally:
+        quant.set_backend("auto")
+    assert calls == [torch.Size([32, 48])]
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
