@@ -20,6 +20,7 @@ Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 81
        python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
 """
 import argparse
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -33,7 +34,9 @@ BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False,
 ROW_TILES = [(1, 64, 1), (1, 128, 2), (1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 4), (1, 512, 8),
              (1, 1024, 8)]
 COL_TILES = [(64, 4, 4), (128, 4, 8), (64, 8, 8), (32, 8, 4), (128, 2, 4), (256, 2, 8), (256, 4, 8),
-             (128, 8, 8)]
+             (128, 8, 8), (16, 16, 4), (32, 16, 4), (16, 32, 4), (64, 8, 4)]
+BOTH_TILES = [(64, 64, 4), (64, 64, 8), (32, 64, 4), (64, 32, 4), (32, 128, 4), (128, 64, 8), (32, 32, 2)]
+PHILOX_ROUNDS = [10, 7]
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
               "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)]}
@@ -238,10 +241,12 @@ def sweep_tiles(x, signs, cases, copy, dev):
         sweep.append(dict(spec=name, dim=dim, output=out, variant=var, tile=tile, ms=ms,
                           pct_copy=100 * nbytes / ms / 1e6 / copy))
     for dim, tiles in ((-1, ROW_TILES), (0, COL_TILES)):
-        total = {t: sum(r["ms"] for r in sweep if r["dim"] == dim and r["tile"] == t) for t in tiles}
-        best[dim] = min(total, key=total.get)
-        print(f"tile sweep dim={dim}: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items())
-              + f" -> {best[dim]}", flush=True)
+        for out in ("dequant", "codes"):
+            total = {t: sum(r["ms"] for r in sweep if r["dim"] == dim and r["output"] == out and r["tile"] == t)
+                     for t in tiles}
+            best[dim, out] = min(total, key=total.get)
+            print(f"tile sweep dim={dim} {out}: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items())
+                  + f" -> {best[dim, out]}", flush=True)
     return sweep, best
 
 
@@ -289,6 +294,90 @@ def amax_table(x, signs, dev, read_bw, copy):
         print(f"{name:18s} {ms:8.4f} {gbps:7.0f} {table[-1]['pct_read']:6.1f} {table[-1]['pct_copy']:6.1f}",
               flush=True)
     return table
+
+
+def sr_rounds_table(x, signs, best, copy, dev):
+    """The SR kernel (UFP4's dY spec) with each number of Philox rounds (kernels.PHILOX_ROUNDS)."""
+    spec, rows = timed_specs()["e1m2 fp32 b16 SR (UFP4 dY)"], []
+    default = kernels.PHILOX_ROUNDS
+    print(f"\nSR with n Philox4x32 rounds (kernels.PHILOX_ROUNDS = {default}); %copy as above")
+    for rounds in PHILOX_ROUNDS:
+        kernels.PHILOX_ROUNDS = rounds
+        kernels._plan.cache_clear()
+        for dim in (-1, 0):
+            for var in ("alone", "fused_rht"):
+                fn, nbytes = timing_calls(x, spec, dim, "dequant", var, signs, best[dim, "dequant"])
+                ms = bench(fn, dev)
+                rows.append(dict(rounds=rounds, dim=dim, variant=var, ms=ms, pct_copy=100 * nbytes / ms / 1e6 / copy))
+                print(f"rounds {rounds:2d} dim {dim:2d} {var:10s} {ms:8.4f} ms {rows[-1]['pct_copy']:6.1f} %copy",
+                      flush=True)
+    kernels.PHILOX_ROUNDS = default
+    kernels._plan.cache_clear()
+    return rows
+
+
+BOTH_CASES = {  # (label, rows spec, columns spec, keep_rotated): the backward's dY, and X
+    "ufp4 dY (SR, RHT)": ("e1m2 fp32 b16 SR (UFP4 dY)", "e1m2 fp32 b16 SR (UFP4 dY)"),
+    "ufp4 X (RHT)": ("e1m2 fp32 b16 (UFP4)", "e1m2 fp32 b16 (UFP4)"),
+    "nvfp4-like dY (e4m3, SR, RHT)": ("e2m1 e4m3 b16 (NVFP4)", "e2m1 e4m3 b16 (NVFP4)"),
+}
+
+
+def both_table(x, signs, copy, dev):
+    """kernels.quantize_both (dequant outputs, RHT on both, rotated basis) against quantize along rows,
+    then along columns: a sweep of its region tiles, then the ms of each and the bytes quantize_both
+    must move (read x once, twice with e4m3; write two bf16 tensors)."""
+    specs, rows = timed_specs(), []
+
+    def args(name, sr):
+        s = specs[name]
+        return dict(levels=s.levels, block=s.block, scale_mode=s.scale, sr=sr, rht=True, keep_rotated=True,
+                    want_codes=False)
+
+    def calls(label, tile=None):
+        sr = "SR" in label
+        r, c = args(BOTH_CASES[label][0], sr), args(BOTH_CASES[label][1], sr)
+        both = lambda: kernels.quantize_both(x, r, c, rht_signs=signs, seed=1, tile=tile)  # noqa: E731
+        one = {k: v for k, v in r.items() if k != "rht"}
+        two = lambda: (kernels.quantize(x, dim=-1, rht_signs=signs, seed=1, **one),  # noqa: E731
+                       kernels.quantize(x, dim=0, rht_signs=signs, seed=2, **one))
+        n = x.numel() * x.element_size()
+        return both, two, n * (2 if "e4m3" in label else 1) + 2 * n
+
+    sweep = {t: sum(bench(calls(label, t)[0], dev) for label in BOTH_CASES) for t in BOTH_TILES}
+    best = min(sweep, key=sweep.get)
+    (kernels._TILES_INTERPRET if dev == "cpu" else kernels._TILES)["both"] = best
+    print("\nquantize_both tile sweep (RB, CB, num_warps): " + ", ".join(f"{t}: {v:.3f} ms" for t, v in sweep.items())
+          + f" -> {best}")
+    print("quantize_both = rows and columns from one read; bytes: read x once (twice with e4m3), write 2 outputs")
+    print(f"{'case':32s} {'both ms':>8s} {'%copy':>6s} {'rows+cols ms':>12s} {'ratio':>6s}")
+    for label in BOTH_CASES:
+        both, two, nbytes = calls(label)
+        a, b = bench(both, dev), bench(two, dev)
+        rows.append(dict(case=label, tile=best, both_ms=a, separate_ms=b, pct_copy=100 * nbytes / a / 1e6 / copy,
+                         ratio=a / b))
+        print(f"{label:32s} {a:8.4f} {rows[-1]['pct_copy']:6.1f} {b:12.4f} {a / b:6.3f}", flush=True)
+    return dict(sweep={str(k): v for k, v in sweep.items()}, best=best, rows=rows)
+
+
+def dequantize_table(x, signs, copy, dev):
+    """kernels.dequantize (stored codes + scales -> bf16, as pack_saved's backward runs it): read the
+    codes and scales, write bf16; and its bits against the reference's dequantization."""
+    rows = []
+    print("\ndequantize (codes + scales -> bf16, rotated back): bytes = codes + scales read + bf16 written")
+    for name, spec in timed_specs().items():
+        if spec.rounding == "sr":
+            continue
+        qt = quant.quantize(x, dataclasses.replace(spec, rht=True), signs=signs)
+        kw = dict(levels=spec.levels, block=spec.block, scale_mode=spec.scale, rht_signs=signs)
+        fn = lambda: kernels.dequantize(qt.codes, qt.scales, qt.tensor_scale, **kw)  # noqa: E731
+        diff = n_diff(fn(), qt.dequantize())
+        ms = bench(fn, dev)
+        nbytes = qt.codes.numel() + qt.scales.numel() * qt.scales.element_size() + x.numel() * 2
+        rows.append(dict(spec=name, ms=ms, pct_copy=100 * nbytes / ms / 1e6 / copy, differ_from_reference=diff))
+        print(f"{name:28s} {ms:8.4f} ms {rows[-1]['pct_copy']:6.1f} %copy, {diff} elements differ from the reference",
+              flush=True)
+    return rows
 
 
 def report_identity(res):
@@ -342,14 +431,15 @@ def main():
     res["amax_sweep"], res["amax_best"] = sweep_amax(x, signs, dev)
     res["amax_table"] = amax_table(x, signs, dev, res["read_GBps"], copy)
     res["tile_sweep"], best = sweep_tiles(x, signs, tile_cases, copy, dev)
-    res["best_tiles"] = {"row": best[-1], "col": best[0]}
+    res["best_tiles"] = {"row": best[-1, "dequant"], "col": best[0, "dequant"], "row_codes": best[-1, "codes"],
+                         "col_codes": best[0, "codes"]}
     save(res, args.out, t_start)
 
     # the checks and the table's compiles run in the workers, with the chosen tiles
     opts = dict(device=dev, size=args.size, small=args.small, tiles=res["best_tiles"])
-    main_cases = [(name, dim, out, var, best[dim], dev) for name in names for dim in (-1, 0)
+    main_cases = [(name, dim, out, var, best[dim, out], dev) for name in names for dim in (-1, 0)
                   for out in ("dequant", "codes") for var in ("alone", "fused_rht")]
-    slow_div = [(names[0], dim, out, "alone", best[dim], dev, False) for dim in (-1, 0)
+    slow_div = [(names[0], dim, out, "alone", best[dim, out], dev, False) for dim in (-1, 0)
                 for out in ("dequant", "codes")]
     warm = pool.map_async(warm_case, main_cases + slow_div) if dev == "cuda" else None
     if not args.skip_check:
@@ -378,7 +468,7 @@ def main():
             for out in ("dequant", "codes"):
                 alone = None
                 for var in ("alone", "fused_rht", "separate_rht"):
-                    fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, best[dim])
+                    fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, best[dim, out])
                     ms = bench(fn, dev)
                     alone = alone or ms
                     row = dict(spec=name, dim=dim, output=out, variant=var, ms=ms, bytes=nbytes,
@@ -387,6 +477,9 @@ def main():
                     table.append(row)
                     print(f"{name:28s} {dim:3d} {out:8s} {var:13s} {ms:8.4f} {row['GBps']:7.0f} "
                           f"{row['pct_copy']:6.1f} {row['ratio_to_alone']:7.3f}", flush=True)
+    res["sr_rounds"] = sr_rounds_table(x, signs, best, copy, dev)
+    res["both"] = both_table(x, signs, copy, dev)
+    res["dequantize"] = dequantize_table(x, signs, copy, dev)
     res["ieee_division"] = []
     for name, dim, out, var, tile, _, _ in slow_div:  # the plain div.rn path, for comparison
         fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile, fast_div=False)
