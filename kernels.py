@@ -68,7 +68,10 @@ import triton.language as tl
 
 SCALE_MODES = {"fp32": 0, "e4m3": 1, "e8m0": 2}
 E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-PHILOX_ROUNDS = 10  # rounds of Philox4x32 for stochastic rounding (tl.randint4x's default)
+# Rounds of Philox4x32 for stochastic rounding. Its authors (Salmon et al., SC'11) found 7 rounds to pass
+# TestU01's BigCrush and chose 10 as a margin (tl.randint4x's default); 7 make the SR kernel ~10% faster
+# (bench/kernels_bench.py times both), and the SR tests check its statistics.
+PHILOX_ROUNDS = 7
 
 
 # ----------------------------------------------------------------------------- jit helpers
@@ -339,51 +342,16 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
     butterfly's 0.25 is applied once, to the maximum."""
     n_g = tl.cdiv(K // 16, NG)
     i, n_tiles = tl.program_id(0), n_g * tl.cdiv(M, BM)
+    signs = _signs(signs_ptr)
     acc = tl.zeros((BM, NG), tl.int32)
     while i < n_tiles:
-        acc = tl.maximum(acc, _group_amax(x_ptr, signs_ptr, i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64, X_BITS,
-                                          True))
+        m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
+        v = _butterfly(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS) * signs)
+        a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        acc = tl.maximum(acc, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
         i += tl.num_programs(0)
     amax = _bits_to_f32(tl.max(tl.max(acc, axis=1), axis=0)) * 0.25
     tl.atomic_max(amax_ptr, amax.to(tl.int32, bitcast=True))
-
-
-@triton.jit
-def _group_amax(x_ptr, signs_ptr, pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
-                I64: tl.constexpr, X_BITS: tl.constexpr, RHT: tl.constexpr):
-    """Max |x| bits over the finite elements of each group of tile (pid_m, pid_g): [BM, NG] int32
-    (after the butterfly without its 0.25 with RHT)."""
-    m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
-    v = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)
-    if RHT:
-        v = _butterfly(v * _signs(signs_ptr))
-    a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-    return tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2)
-
-
-@triton.jit
-def _amax_both_kernel(x_ptr, signs_ptr, amax_ptr, amax_c, R, C, RB: tl.constexpr, CB: tl.constexpr,
-                      RHT: tl.constexpr, RHT_C: tl.constexpr, I64: tl.constexpr, X_BITS: tl.constexpr):
-    """The tensor amax of a 2-D [R, C] tensor for its rows (after RHT along them if RHT) and for its
-    columns (RHT_C), from one read: persistent, over [RB, CB] regions, each read along rows, then
-    again (from the cache) along columns; without RHT either way, both are max |x|."""
-    n_c = tl.cdiv(C, CB)
-    i, n_tiles = tl.program_id(0), n_c * tl.cdiv(R, RB)
-    acc = tl.zeros((RB, CB // 16), tl.int32)
-    acc_c = tl.zeros((CB, RB // 16), tl.int32)
-    while i < n_tiles:
-        acc = tl.maximum(acc, _group_amax(x_ptr, signs_ptr, i // n_c, i % n_c, R, C, RB, CB // 16, False, I64,
-                                          X_BITS, RHT))
-        if RHT or RHT_C:
-            acc_c = tl.maximum(acc_c, _group_amax(x_ptr, signs_ptr, i % n_c, i // n_c, C, R, CB, RB // 16, True,
-                                                  I64, X_BITS, RHT_C))
-        i += tl.num_programs(0)
-    a = _bits_to_f32(tl.max(tl.max(acc, axis=1), axis=0))
-    tl.atomic_max(amax_ptr, (a * 0.25 if RHT else a).to(tl.int32, bitcast=True))
-    if RHT or RHT_C:
-        a = _bits_to_f32(tl.max(tl.max(acc_c, axis=1), axis=0))
-        a = a * 0.25 if RHT_C else a
-    tl.atomic_max(amax_c, a.to(tl.int32, bitcast=True))
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -396,45 +364,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr):
-    """Quantize the [BM, NG*16] tile (program (g, m)) of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native,
-    2 bf16 bits; SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device)."""
-    _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr, M, K, seed,
-                   tl.program_id(1), tl.program_id(0), SEED_PTR, BM, NG, QB, BLOCK_2D, COLWISE, I64, RHT,
-                   KEEP_ROTATED, SCALE, SR, UNIFORM, STEP, CB, G, E8_SHIFT, FAST_DIV, WANT_CODES, WANT_DEQUANT,
-                   OUT_MODE, X_BITS, ROUNDS)
-
-
-@triton.jit(do_not_specialize=["seed", "seed_c"])
-def _quantize_both_kernel(x_ptr, signs_ptr, out_ptr, codes_ptr, scales_ptr, amax_ptr, tscale_ptr,
-                          out_c, codes_c, scales_c, amax_c, tscale_c, seed_ptr, R, C, seed, seed_c,
-                          SEED_PTR: tl.constexpr, ROW: tl.constexpr, COL: tl.constexpr):
-    """Rows and columns of a 2-D [R, C] tensor, from one read of it: program (c, r) quantizes the region
-    [ROW's BM rows, COL's BM columns] along its rows (ROW: _quantize_kernel's constexprs for the [R, C]
-    view), then along its columns (COL: for the [C, R] view). The second pass reads the region again,
-    from the cache: it was just loaded. With SEED_PTR the two SR seeds are seed_ptr[0] and [1]."""
-    pid_c = tl.program_id(0)
-    pid_r = tl.program_id(1)
-    _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr, R, C, seed,
-                   pid_r, pid_c, SEED_PTR, ROW[0], ROW[1], ROW[2], ROW[3], ROW[4], ROW[5], ROW[6], ROW[7],
-                   ROW[8], ROW[9], ROW[10], ROW[11], ROW[12], ROW[13], ROW[14], ROW[15], ROW[16], ROW[17],
-                   ROW[18], ROW[19], ROW[20])
-    _quantize_tile(x_ptr, out_c, codes_c, scales_c, signs_ptr, amax_c, tscale_c, seed_ptr + 1, C, R, seed_c,
-                   pid_c, pid_r, SEED_PTR, COL[0], COL[1], COL[2], COL[3], COL[4], COL[5], COL[6], COL[7],
-                   COL[8], COL[9], COL[10], COL[11], COL[12], COL[13], COL[14], COL[15], COL[16], COL[17],
-                   COL[18], COL[19], COL[20])
-
-
-@triton.jit
-def _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr, M, K, seed,
-                   pid_m, pid_g,
-                   SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr,
-                   COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                   KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
-                   UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
-                   E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
-                   WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                   X_BITS: tl.constexpr, ROUNDS: tl.constexpr):
-    """The body of both kernels: tile (pid_m, pid_g) of the [M, K] view."""
+    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
+    SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device)."""
+    pid_g = tl.program_id(0)
+    pid_m = tl.program_id(1)
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
     x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
     if RHT:
@@ -518,16 +451,14 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 
 # ----------------------------------------------------------------------------- launchers
 _FLOATS = (torch.bfloat16, torch.float32)
-# (BM, NG, num_warps) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": without the dequantized
-# output; "both": quantize_both's (RB rows, CB columns, num_warps)
-_TILES = {"row": (1, 128, 4), "2d": (16, 16, 4), "col": (64, 4, 4), "row_codes": (1, 128, 4),
-          "col_codes": (64, 4, 4), "both": (64, 64, 4)}
+# (BM, NG, num_warps) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no dequantized output
+_TILES = {"row": (1, 128, 4), "2d": (16, 16, 4), "col": (64, 4, 4), "row_codes": (1, 64, 1), "col_codes": (16, 16, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
-                    "col_codes": (32, 4, 1), "both": (32, 32, 1)}
+                    "col_codes": (32, 4, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
-_AMAX_TILES = {"flat": (4096, 8), "row": (1, 256, 4), "col": (64, 8, 4), "both": (64, 64, 4)}
-_AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1), "both": (32, 32, 1)}
+_AMAX_TILES = {"flat": (4096, 8), "row": (1, 256, 4), "col": (64, 8, 4)}
+_AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1)}
 _AMAX_PROGRAMS_PER_SM = 8
 
 
@@ -702,15 +633,24 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     if seed_t is not None and (seed_t.numel() != 1 or seed_t.dtype != torch.int32 or seed_t.device != dev):
         raise ValueError(f"a seed tensor must be one int32 on {dev}; got {seed_t.dtype} {tuple(seed_t.shape)} "
                          f"on {seed_t.device}")
-    tscale, codes, scales, out = _outputs(p, x.shape, scale_mode, dev)
+    tscale = torch.empty((), dtype=torch.float32, device=dev)
+    codes = scales = out = None
+    if want_codes:
+        codes = torch.empty(p.codes_shape, dtype=torch.uint8, device=dev)
+        scales = torch.empty(p.scales_shape, dtype=torch.float32 if scale_mode == "fp32" else torch.uint8,
+                             device=dev)
+    if want_dequant:
+        out = torch.empty(x.shape, dtype=p.out_dtype, device=dev)
     if x.numel() == 0:
         tscale.fill_(1.0)
-        return codes, _e4m3_view(scales, scale_mode), tscale, out
+        e4m3 = scales is not None and scale_mode == "e4m3"
+        return codes, scales.view(torch.float8_e4m3fn) if e4m3 else scales, tscale, out
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
     amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret) \
         if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale
     xk = x.view(torch.int16) if p.x_bits else x
-    args = (xk, *_out_args(p, out, codes, scales, tscale), signs, amax, tscale,
+    args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
+            codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
             seed_t is not None) + p.constexprs
     aligned = (x.dtype, x.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
@@ -719,93 +659,6 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     if want_codes and scale_mode == "e4m3":
         scales = scales.view(torch.float8_e4m3fn)
     return codes, scales, tscale, out
-
-
-def _outputs(p, shape, scale_mode, dev) -> tuple:
-    """(tensor scale, codes, scales, dequant) as plan p asks for them, uninitialized (None: not asked)."""
-    tscale = torch.empty((), dtype=torch.float32, device=dev)
-    codes = scales = out = None
-    if p.want_codes:
-        codes = torch.empty(p.codes_shape, dtype=torch.uint8, device=dev)
-        scales = torch.empty(p.scales_shape, dtype=torch.float32 if scale_mode == "fp32" else torch.uint8,
-                             device=dev)
-    if p.want_dequant:
-        out = torch.empty(shape, dtype=p.out_dtype, device=dev)
-    return tscale, codes, scales, out
-
-
-def _out_args(p, out, codes, scales, tscale) -> tuple:
-    """The kernel's (out, codes, scales) pointer arguments; tscale stands in for those not written."""
-    return ((out.view(torch.int16) if p.out_mode == 2 else out) if p.want_dequant else tscale,
-            codes if p.want_codes else tscale, scales if p.want_codes else tscale)
-
-
-def _e4m3_view(scales, scale_mode):
-    return scales.view(torch.float8_e4m3fn) if scales is not None and scale_mode == "e4m3" else scales
-
-
-def quantize_both(x: torch.Tensor, row: dict, col: dict, *, rht_signs: Optional[torch.Tensor] = None, seed=0,
-                  tile: Optional[tuple] = None, fast_div: bool = True) -> tuple:
-    """quantize(x, dim=-1, **row) and quantize(x, dim=0, **col) of a 2-D [R, C] tensor with one read of x
-    (and, if either orientation has e4m3 scales, one tensor-amax pass for both), returning their two
-    4-tuples, bit for bit. row, col: quantize()'s levels, block, scale_mode, sr, keep_rotated, want_codes,
-    want_dequant, out_dtype, and rht (bool: rotate with rht_signs). SR seeds: `seed` for the rows,
-    `seed + 1` for the columns, or a tensor of two int32 on x's device. R and C multiples of 16;
-    tile: (RB rows, CB columns, num_warps), a program's region."""
-    interpret = _check_device(x)
-    if x.dim() != 2 or not x.is_contiguous() or x.shape[0] % 16 or x.shape[1] % 16:
-        raise ValueError(f"quantize_both needs a contiguous 2-D tensor with both sizes multiples of 16; got shape "
-                         f"{tuple(x.shape)}, strides {x.stride()}: use quantize() along each dim")
-    rb, cb, nw = tile or (_TILES_INTERPRET if interpret else _TILES)["both"]
-    plans = []
-    for o, dim, t in ((row, -1, (rb, cb // 16, nw)), (col, 0, (cb, rb // 16, nw))):
-        if o.get("rht") and rht_signs is None:
-            raise ValueError("an orientation with rht=True needs rht_signs")
-        plans.append(_plan(tuple(x.shape), x.dtype, interpret, tuple(o["levels"]), o.get("block", 16),
-                           o.get("scale_mode", "fp32"), o.get("sr", False), bool(o.get("rht")), False, dim,
-                           o.get("out_dtype") or x.dtype, o.get("keep_rotated", False), o.get("want_codes", True),
-                           o.get("want_dequant", True), t, fast_div, True))
-    dev = x.device
-    seed_t = seed if isinstance(seed, torch.Tensor) else None
-    if seed_t is not None and (seed_t.numel() != 2 or seed_t.dtype != torch.int32 or seed_t.device != dev):
-        raise ValueError(f"quantize_both's seed tensor must be two int32 on {dev}; got {seed_t.dtype} "
-                         f"{tuple(seed_t.shape)} on {seed_t.device}")
-    outs = [_outputs(p, x.shape, o.get("scale_mode", "fp32"), dev) for p, o in zip(plans, (row, col))]
-    if x.numel() == 0:
-        return tuple((c, _e4m3_view(s, o.get("scale_mode", "fp32")), t.fill_(1.0), d)
-                     for (t, c, s, d), o in zip(outs, (row, col)))
-    signs = outs[0][0] if rht_signs is None else rht_signs.to(torch.float32).contiguous()
-    if signs.numel() != 16 and rht_signs is not None or signs.device != dev:
-        raise ValueError(f"rht_signs must hold 16 values on {dev}")
-    amax = (outs[0][0], outs[1][0])
-    if "e4m3" in (row.get("scale_mode"), col.get("scale_mode")):
-        a = _amax_both(x, signs, bool(row.get("rht")), bool(col.get("rht")), interpret)
-        amax = (a[0:1], a[1:2])
-    args = [x.view(torch.int16) if plans[0].x_bits else x, signs]
-    for p, (t, c, s, d), a in zip(plans, outs, amax):
-        args += [*_out_args(p, d, c, s, t), a, t]
-    args += [outs[0][0] if seed_t is None else seed_t, x.shape[0], x.shape[1],
-             0 if seed_t is not None else seed, 0 if seed_t is not None else seed + 1, seed_t is not None,
-             plans[0].constexprs, plans[1].constexprs]
-    aligned = (x.dtype, x.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
-    wide = seed_t is None and not -2**31 <= seed < 2**31 - 1
-    _launch(_quantize_both_kernel, plans[0].grid, interpret, plans[0].options,
-            ("both", plans[0], plans[1], aligned, seed_t is not None, wide), tuple(args))
-    return tuple((c, _e4m3_view(s, o.get("scale_mode", "fp32")), t, d) for (t, c, s, d), o in zip(outs, (row, col)))
-
-
-def _amax_both(x, signs, rht_rows: bool, rht_cols: bool, interpret: bool) -> torch.Tensor:
-    """The _amax_both_kernel pass: int32 [2], the fp32 bits of the row and the column tensor amax."""
-    amax = torch.zeros(2, dtype=torch.int32, device=x.device)
-    rb, cb, nw = (_AMAX_TILES_INTERPRET if interpret else _AMAX_TILES)["both"]
-    programs = 3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0)
-    grid = (min(_cdiv(x.shape[0], rb) * _cdiv(x.shape[1], cb), programs),)
-    bits = interpret and x.dtype == torch.bfloat16
-    args = (x.view(torch.int16) if bits else x, signs, amax, amax[1:], x.shape[0], x.shape[1], rb, cb,
-            rht_rows, rht_cols, x.numel() >= 2**31, bits)
-    _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
-            (_amax_both_kernel, grid, nw, args[4:], x.dtype, x.data_ptr() % 16, signs.data_ptr() % 16), args)
-    return amax
 
 
 class _Plan(NamedTuple):
@@ -821,22 +674,20 @@ class _Plan(NamedTuple):
     x_bits: bool
     constexprs: tuple
     options: tuple
-    want_codes: bool
-    want_dequant: bool
 
 
 @functools.lru_cache(maxsize=4096)
 def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d, dim, out_dtype, keep_rotated,
-          want_codes, want_dequant, tile, fast_div, region=False) -> _Plan:
+          want_codes, want_dequant, tile, fast_div) -> _Plan:
     """Validate quantize()'s arguments once per combination (bad ones raise, and are not cached) and
     lay out its launch: sizes, grid, output shapes and the kernel's constexpr arguments."""
     colwise, kq = _check(shape, dtype, levels, block, scale_mode, rht, block_2d, dim, out_dtype, want_codes,
                          want_dequant)
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
-    bm, ng, nw = _tile(colwise or region, interpret, block, block_2d, tile, not want_dequant)
+    bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile, not want_dequant)
     numel = math.prod(shape)
-    M, K = _view_mk(numel, kq, colwise or region, block_2d)
+    M, K = _view_mk(numel, kq, colwise, block_2d)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     x_bits = interpret and dtype == torch.bfloat16
@@ -846,7 +697,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   PHILOX_ROUNDS)
     return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
-                 constexprs, (("num_warps", nw), ("enable_fp_fusion", False)), want_codes, want_dequant)
+                 constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 
 
 # Launch cost. kernel[grid](...) binds and specializes every argument on every call: tens of host
@@ -950,11 +801,6 @@ _LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode,
             "-> (Tensor, Tensor, Tensor)")
 _LIB.define("dequantize(Tensor codes, Tensor scales, Tensor tensor_scale, float[] levels, int block, "
             "str scale_mode, Tensor? signs, bool keep_rotated, ScalarType out_dtype) -> Tensor")
-# both orientations of a 2-D operand (dY: its dgrad rows and wgrad columns) from one read; a spec is
-# (levels, block, scale_mode, sr, rht, keep_rotated); SR seeds as fake_quantize's (seed_t: two int32)
-_LIB.define("fake_quantize_both(Tensor x, float[] levels, int block, str scale_mode, bool sr, bool rht, "
-            "bool keep_rotated, float[] levels_c, int block_c, str scale_mode_c, bool sr_c, bool rht_c, "
-            "bool keep_rotated_c, Tensor? signs, int seed, Tensor? seed_t=None) -> (Tensor, Tensor)")
 
 
 def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str, sr: bool,
@@ -971,20 +817,6 @@ def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str,
                          keep_rotated=keep_rotated)
 
 
-def fake_quantize_both_op(x, levels, block, scale_mode, sr, rht, keep_rotated, levels_c, block_c, scale_mode_c,
-                          sr_c, rht_c, keep_rotated_c, signs, seed, seed_t=None):
-    if seed_t is not None:
-        seed = seed_t
-    elif (sr or sr_c) and seed < 0:
-        seed = int(torch.randint(2**31 - 2, ()))
-    row = dict(levels=levels, block=block, scale_mode=scale_mode, sr=sr, rht=rht, keep_rotated=keep_rotated,
-               want_codes=False)
-    col = dict(levels=levels_c, block=block_c, scale_mode=scale_mode_c, sr=sr_c, rht=rht_c,
-               keep_rotated=keep_rotated_c, want_codes=False)
-    r, c = quantize_both(x, row, col, rht_signs=signs, seed=seed)
-    return r[3], c[3]
-
-
 def quantize_codes_op(x, levels, block, scale_mode, signs, dim):
     return quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs, dim=dim,
                     want_dequant=False)[:3]
@@ -999,7 +831,6 @@ for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTER
     _LIB.impl("fake_quantize", fake_quantize_op, _key)
     _LIB.impl("quantize_codes", quantize_codes_op, _key)
     _LIB.impl("dequantize", dequantize_op, _key)
-    _LIB.impl("fake_quantize_both", fake_quantize_both_op, _key)
 
 
 @torch.library.register_fake("nanofp4::fake_quantize")
@@ -1019,9 +850,3 @@ def _(x, levels, block, scale_mode, signs, dim):
 @torch.library.register_fake("nanofp4::dequantize")
 def _(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
     return codes.new_empty(tuple(codes.shape[:-1]) + (2 * codes.shape[-1],), dtype=out_dtype)
-
-
-@torch.library.register_fake("nanofp4::fake_quantize_both")
-def _(x, levels, block, scale_mode, sr, rht, keep_rotated, levels_c, block_c, scale_mode_c, sr_c, rht_c,
-      keep_rotated_c, signs, seed, seed_t=None):
-    return torch.empty_like(x), torch.empty_like(x)

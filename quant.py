@@ -34,7 +34,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -400,49 +400,18 @@ def _n_blocks(count_or_fraction, n: int) -> int:
 MONITOR = None
 
 
-def _rotated(spec_a, spec_b) -> bool:
-    """Both operands of a GEMM are rotated by the same RHT: they stay in the rotated basis."""
-    return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
-
-
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=""):
     """Fake-quantize the two operands of one GEMM. If both are rotated by the same RHT they stay in
     the rotated basis (the product is unchanged); otherwise each is rotated back."""
-    both = _rotated(spec_a, spec_b)
+    both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
-    qa = a if spec_a is None else _operand(a, spec_a, dim_a, signs, both)
+    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
     qb = b if spec_b is None else _operand(b, spec_b, dim_b, signs, both)
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
             if spec is not None:
                 MONITOR(layer, role, t, q, spec, dim, signs=signs, rotated=both)
     return qa, qb
-
-
-def _pairs(x, spec_r, spec_c) -> bool:
-    """x [M, N] can be quantized along its rows (spec_r) and columns (spec_c) by one kernel
-    (kernels.quantize_both): the kernels run, both specs are 1-D blocks and both sizes multiples of 16."""
-    return (spec_r is not None and spec_c is not None and not (spec_r.block_2d or spec_c.block_2d)
-            and x.dim() == 2 and x.shape[0] % 16 == 0 and x.shape[1] % 16 == 0 and MONITOR is None
-            and _use_kernels(x))
-
-
-def _fake_quantize_both(x, spec_r, keep_r, spec_c, keep_c, signs) -> tuple:
-    """(fake_quantize(x, spec_r, -1), fake_quantize(x, spec_c, 0)) with keep_rotated keep_r, keep_c, from
-    one read of x (kernels.quantize_both; traced, the operator nanofp4::fake_quantize_both)."""
-    import kernels
-    if (spec_r.rht or spec_c.rht) and signs is None:
-        signs = rht_lib.random_signs(0)
-    signs = signs.to(x.device, torch.float32) if spec_r.rht or spec_c.rht else None
-    sr = spec_r.rounding == "sr" or spec_c.rounding == "sr"
-    seed_t = torch.randint(2**31 - 2, (2,), dtype=torch.int32, device=x.device) \
-        if sr and torch.compiler.is_compiling() else None
-    seed = int(torch.randint(2**31 - 2, ())) if sr and seed_t is None else 0
-    args = (list(spec_r.levels), spec_r.block, spec_r.scale, spec_r.rounding == "sr", spec_r.rht, keep_r,
-            list(spec_c.levels), spec_c.block, spec_c.scale, spec_c.rounding == "sr", spec_c.rht, keep_c, signs)
-    if torch.compiler.is_compiling() or type(x) is not torch.Tensor:
-        return torch.ops.nanofp4.fake_quantize_both(x.contiguous(), *args, seed, seed_t)
-    return kernels.fake_quantize_both_op(x.contiguous(), *args, seed)
 
 
 def _quantize_any(x, spec, dim, signs) -> QTensor:
@@ -485,16 +454,8 @@ def _packs(recipe) -> bool:
     return recipe.pack_saved and s is not None and s.rounding == "rtne" and not s.block_2d and MONITOR is None
 
 
-class Quantized(NamedTuple):
-    """A GEMM operand already fake-quantized (by _fake_quantize_both)."""
-    t: torch.Tensor
-
-
 def _operand(t, spec, dim, signs, keep_rotated):
-    """The GEMM operand of t: fake_quantize(t), t's dequantization if it is kept packed (QTensor), or
-    t itself if it is Quantized already."""
-    if isinstance(t, Quantized):
-        return t.t
+    """The GEMM operand of t: fake_quantize(t), or t's dequantization if it is kept packed (QTensor)."""
     if isinstance(t, QTensor):
         return _dequantize(t, keep_rotated)
     return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
@@ -542,13 +503,9 @@ class _QLinearFn(torch.autograd.Function):
         x2, w_parts = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
         w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]
         dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)                  # [M, N]
-        dy_d = dy_w = dy2
-        if _pairs(dy2, r.dgrad_dy, r.wgrad_dy):  # dY's rows (dgrad) and columns (wgrad) from one read
-            dy_d, dy_w = map(Quantized, _fake_quantize_both(
-                dy2, r.dgrad_dy, _rotated(r.dgrad_dy, r.dgrad_w), r.wgrad_dy, _rotated(r.wgrad_dy, r.wgrad_x), signs))
-        qdy, qw = _gemm_operands(dy_d, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
+        qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
         dx = qdy @ qw                                                   # [M, K]
-        qdy, qx = _gemm_operands(dy_w, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
+        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
         dw = qdy.t() @ qx                                               # [N, K]
         db = dy2.sum(0) if ctx.has_bias else None
         return (dx.reshape(*dy.shape[:-1], dx.shape[-1]), db, None, None, None,

@@ -15,6 +15,9 @@
    a pure read: its bytes are the input's, given as % of the read bandwidth (torch's amax over the
    same 1 GiB buffer the copy uses) and of the copy bandwidth. A sweep picks its tiles and programs
    per SM first (the e4m3 rows of the table use them).
+5. Stochastic rounding with each number of Philox rounds in PHILOX_ROUNDS (kernels.PHILOX_ROUNDS).
+6. kernels.dequantize (stored codes + scales -> bf16, the backward of pack_saved): time, % of copy
+   bandwidth and its bits against the reference's dequantization.
 
 Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 8192] [--workers 8]
        python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
@@ -35,8 +38,7 @@ ROW_TILES = [(1, 64, 1), (1, 128, 2), (1, 128, 4), (1, 256, 4), (1, 256, 8), (1,
              (1, 1024, 8)]
 COL_TILES = [(64, 4, 4), (128, 4, 8), (64, 8, 8), (32, 8, 4), (128, 2, 4), (256, 2, 8), (256, 4, 8),
              (128, 8, 8), (16, 16, 4), (32, 16, 4), (16, 32, 4), (64, 8, 4)]
-BOTH_TILES = [(64, 64, 4), (64, 64, 8), (32, 64, 4), (64, 32, 4), (32, 128, 4), (128, 64, 8), (32, 32, 2)]
-PHILOX_ROUNDS = [10, 7]
+PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
               "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)]}
@@ -316,50 +318,6 @@ def sr_rounds_table(x, signs, best, copy, dev):
     return rows
 
 
-BOTH_CASES = {  # (label, rows spec, columns spec, keep_rotated): the backward's dY, and X
-    "ufp4 dY (SR, RHT)": ("e1m2 fp32 b16 SR (UFP4 dY)", "e1m2 fp32 b16 SR (UFP4 dY)"),
-    "ufp4 X (RHT)": ("e1m2 fp32 b16 (UFP4)", "e1m2 fp32 b16 (UFP4)"),
-    "nvfp4-like dY (e4m3, SR, RHT)": ("e2m1 e4m3 b16 (NVFP4)", "e2m1 e4m3 b16 (NVFP4)"),
-}
-
-
-def both_table(x, signs, copy, dev):
-    """kernels.quantize_both (dequant outputs, RHT on both, rotated basis) against quantize along rows,
-    then along columns: a sweep of its region tiles, then the ms of each and the bytes quantize_both
-    must move (read x once, twice with e4m3; write two bf16 tensors)."""
-    specs, rows = timed_specs(), []
-
-    def args(name, sr):
-        s = specs[name]
-        return dict(levels=s.levels, block=s.block, scale_mode=s.scale, sr=sr, rht=True, keep_rotated=True,
-                    want_codes=False)
-
-    def calls(label, tile=None):
-        sr = "SR" in label
-        r, c = args(BOTH_CASES[label][0], sr), args(BOTH_CASES[label][1], sr)
-        both = lambda: kernels.quantize_both(x, r, c, rht_signs=signs, seed=1, tile=tile)  # noqa: E731
-        one = {k: v for k, v in r.items() if k != "rht"}
-        two = lambda: (kernels.quantize(x, dim=-1, rht_signs=signs, seed=1, **one),  # noqa: E731
-                       kernels.quantize(x, dim=0, rht_signs=signs, seed=2, **one))
-        n = x.numel() * x.element_size()
-        return both, two, n * (2 if "e4m3" in label else 1) + 2 * n
-
-    sweep = {t: sum(bench(calls(label, t)[0], dev) for label in BOTH_CASES) for t in BOTH_TILES}
-    best = min(sweep, key=sweep.get)
-    (kernels._TILES_INTERPRET if dev == "cpu" else kernels._TILES)["both"] = best
-    print("\nquantize_both tile sweep (RB, CB, num_warps): " + ", ".join(f"{t}: {v:.3f} ms" for t, v in sweep.items())
-          + f" -> {best}")
-    print("quantize_both = rows and columns from one read; bytes: read x once (twice with e4m3), write 2 outputs")
-    print(f"{'case':32s} {'both ms':>8s} {'%copy':>6s} {'rows+cols ms':>12s} {'ratio':>6s}")
-    for label in BOTH_CASES:
-        both, two, nbytes = calls(label)
-        a, b = bench(both, dev), bench(two, dev)
-        rows.append(dict(case=label, tile=best, both_ms=a, separate_ms=b, pct_copy=100 * nbytes / a / 1e6 / copy,
-                         ratio=a / b))
-        print(f"{label:32s} {a:8.4f} {rows[-1]['pct_copy']:6.1f} {b:12.4f} {a / b:6.3f}", flush=True)
-    return dict(sweep={str(k): v for k, v in sweep.items()}, best=best, rows=rows)
-
-
 def dequantize_table(x, signs, copy, dev):
     """kernels.dequantize (stored codes + scales -> bf16, as pack_saved's backward runs it): read the
     codes and scales, write bf16; and its bits against the reference's dequantization."""
@@ -478,7 +436,6 @@ def main():
                     print(f"{name:28s} {dim:3d} {out:8s} {var:13s} {ms:8.4f} {row['GBps']:7.0f} "
                           f"{row['pct_copy']:6.1f} {row['ratio_to_alone']:7.3f}", flush=True)
     res["sr_rounds"] = sr_rounds_table(x, signs, best, copy, dev)
-    res["both"] = both_table(x, signs, copy, dev)
     res["dequantize"] = dequantize_table(x, signs, copy, dev)
     res["ieee_division"] = []
     for name, dim, out, var, tile, _, _ in slow_div:  # the plain div.rn path, for comparison
