@@ -280,8 +280,8 @@ class Recipe:
     bf16_last: float = 0    # or a fraction of the blocks (float < 1); the same at the end
     rht_seed: int = 0
     rht_resample: bool = False  # a fresh sign vector every step (same on every rank)
-    pack_saved: bool = False    # keep X for wgrad as its 4-bit codes + scales (quantized in the forward)
-                                # instead of the bf16 X: less activation memory, a dequantization more
+    pack_saved: bool = True     # keep X for wgrad as its 4-bit codes + scales (quantized in the forward)
+                                # instead of the bf16 X: less activation memory, same bits (README)
 
     def specs(self) -> dict:
         return {r: getattr(self, r) for r in ROLES}
