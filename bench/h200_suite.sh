@@ -4,7 +4,7 @@
 #      fails, everything after runs with NANOFP4_FAST_LAUNCH=0 and the output says so;
 #   1. FSDP2 on 2 GPUs against 1 GPU from scratch, dense-1.5b bf16 and ufp4 (scripts/multigpu_check.sh);
 #   2. side by side: GPU 0 times (kernel tests on the GPU, kernels_bench, launch_bench, dense-1.5b
-#      under every recipe and with --quant pack_saved=true, moe-small bf16/ufp4 compiled per block,
+#      under every recipe and with --quant pack_saved=false, moe-small bf16/ufp4 compiled per block,
 #      without and with CUDA graphs);
 #      GPU 1 trains (the scaling ladder, and a small bf16 model whose operands analysis.analyze studies).
 #      Host-bound timings (moe-small without CUDA graphs) read slower while GPU 1's jobs compile on
@@ -37,7 +37,7 @@ section "2. GPU 0 benchmarks | GPU 1 training"
     timeout 15 "$py" bench/launch_bench.py > "$out/launch.txt" 2>&1
     timeout 110 "$py" bench/train_bench.py --compile blocks --steps 8 --out "$out/dense1.5b.json" > "$out/dense1.5b.txt" 2>&1
     timeout 90 "$py" bench/train_bench.py --compile blocks --steps 6 --warmup 2 --recipes bf16,ufp4,nvfp4 \
-        --quant pack_saved=true --out "$out/dense1.5b_pack_saved.json" > "$out/dense1.5b_pack_saved.txt" 2>&1
+        --quant pack_saved=false --out "$out/dense1.5b_unpacked.json" > "$out/dense1.5b_unpacked.txt" 2>&1
     timeout 120 "$py" bench/train_bench.py --preset moe-small --batch 16 --seq 1024 --recipes bf16,ufp4 \
         --compile block --out "$out/moe-small-block.json" > "$out/moe-small-block.txt" 2>&1
     timeout 150 "$py" bench/train_bench.py --preset moe-small --batch 16 --seq 1024 --recipes bf16,ufp4 \
@@ -57,6 +57,6 @@ section "2. GPU 0 benchmarks | GPU 1 training"
 ) &
 wait
 section "done"
-for f in kernels_gpu_tests kernels launch dense1.5b dense1.5b_pack_saved moe-small-block moe-small-graphs ladder tensors; do
+for f in kernels_gpu_tests kernels launch dense1.5b dense1.5b_unpacked moe-small-block moe-small-graphs ladder tensors; do
     echo "--- $f"; grep -v "it/s" "$out/$f.txt" | tail -12
 done
