@@ -71,7 +71,7 @@ E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # Rounds of Philox4x32 for stochastic rounding. Its authors (Salmon et al., SC'11) found 7 rounds to pass
 # TestU01's BigCrush and chose 10 as a margin (tl.randint4x's default); 7 make the SR kernel ~10% faster
 # (bench/kernels_bench.py times both), and the SR tests check its statistics.
-PHILOX_ROUNDS = 7
+PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan caches it: cache_clear() after a change)
 
 
 # ----------------------------------------------------------------------------- jit helpers
@@ -452,7 +452,8 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 # ----------------------------------------------------------------------------- launchers
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no dequantized output
-_TILES = {"row": (1, 128, 4), "2d": (16, 16, 4), "col": (64, 4, 4), "row_codes": (1, 64, 1), "col_codes": (16, 16, 4)}
+_TILES = {"row": (1, 128, 4), "2d": (16, 16, 4), "col": (64, 4, 4), "row_codes": (1, 64, 1),
+          "col_codes": (16, 16, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
                     "col_codes": (32, 4, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,

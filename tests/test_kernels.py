@@ -500,4 +500,3 @@ def test_empty_input_gives_empty_outputs_of_the_stored_dtypes(scale, dtype):
     codes, scales, t, deq = kernels.quantize(x, **kernel_args(spec, -1))
     assert codes.shape == (0, 32) and scales.shape == (0, 64 // spec.block) and scales.dtype == dtype
     assert deq.shape == (0, 64) and float(t) == 1.0
-
