@@ -89,6 +89,23 @@ def _butterfly(v):
 
 
 @triton.jit
+def _rotate(v, signs):
+    """_butterfly(v * signs) with the signs folded into the first stage: a*sa + b*sb and a*sa - b*sb
+    are one FMA each on t = b*sb (a*sa and t are exact, so each is rounded once, as the sum is)."""
+    BM: tl.constexpr = v.shape[0]
+    NG: tl.constexpr = v.shape[1]
+    a, b = tl.split(tl.permute(tl.reshape(v, (BM, NG, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
+    sa, sb = tl.split(tl.permute(tl.reshape(signs, (1, 1, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
+    t = b * sb
+    v = tl.join(tl.fma(a, sa, t), tl.fma(a, sa, -t))
+    for _ in tl.static_range(3):
+        v = tl.permute(v, (0, 1, 5, 2, 3, 4))
+        a, b = tl.split(v)
+        v = tl.join(a + b, a - b)
+    return tl.reshape(v, (BM, NG, 8, 2))
+
+
+@triton.jit
 def _signs(signs_ptr):
     """The 16 RHT signs as [1, 1, 8, 2], matching the tile layout."""
     j = tl.arange(0, 8)[:, None] + 8 * tl.arange(0, 2)[None, :]
@@ -141,8 +158,22 @@ def _to_f32(v, X_BITS: tl.constexpr):
 
 
 @triton.jit
+def _from_words(w):
+    """Words [BM, NG, 4] of two elements each (bf16: int32, fp32: int64; element 2i in the low half of
+    word i) -> their 8 elements [BM, NG, 8] in fp32, by a shift and a mask each."""
+    if w.dtype == tl.int32:
+        ev = _bits_to_f32(w << 16)
+        od = _bits_to_f32(w & -65536)
+    else:
+        ev = _bits_to_f32(w.to(tl.int32))
+        od = _bits_to_f32((w >> 32).to(tl.int32))
+    return tl.reshape(tl.join(ev, od), (w.shape[0], w.shape[1], 8))
+
+
+@triton.jit
 def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr):
-    """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0)."""
+    """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0). Rowwise x comes as words of two
+    elements (_from_words): cheaper than the compiler's conversions, and exact in the interpreter."""
     if COLWISE:
         p = x_ptr + base
         xs = ()
@@ -151,9 +182,9 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
         lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
         hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
     else:
-        p = x_ptr + base[:, :, None] + tl.arange(0, 8)[None, None, :]
-        lo = _to_f32(tl.load(p, mask=mask[:, :, None], other=0), X_BITS)
-        hi = _to_f32(tl.load(p + 8, mask=mask[:, :, None], other=0), X_BITS)
+        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
+        lo = _from_words(tl.load(p, mask=mask[:, :, None], other=0))
+        hi = _from_words(tl.load(p + 4, mask=mask[:, :, None], other=0))
     return tl.join(lo, hi)
 
 
@@ -261,10 +292,10 @@ def _bf16_rne(f):
 
 
 @triton.jit
-def _block_scale(a, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr):
-    """Block amax bits a [BM, NG] -> (f, deq, stored, t): y = x / f (fp32 scales) or y = x * f (e4m3,
-    e8m0); dequant = q * deq (NaN for non-finite blocks); the scale as stored; the tensor scale t."""
-    amax = _bits_to_f32(tl.where(finite, a, 0))
+def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr):
+    """Block amax [BM, NG] (0 for non-finite blocks) -> (f, deq, stored, t): y = x / f (fp32 scales) or
+    y = x * f (e4m3, e8m0); dequant = q * deq (NaN for non-finite blocks); the scale as stored; the
+    tensor scale t."""
     t = tl.full((), 1.0, tl.float32)
     if SCALE == 0:    # fp32: s = amax / g; an all-zero block divides by 1 (y = 0)
         s = tl.math.div_rn(amax, G)
@@ -283,7 +314,7 @@ def _block_scale(a, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_S
         deq = tl.where(finite, t * sb, float("nan"))
         stored = tl.where(finite & (v == v), (((vb >> 23) - 120) << 3) | ((vb >> 20) & 7), 0x7F)
     else:             # e8m0: s = 2**e, e = E(amax) - floor(log2 g); f = 2**-max(e, -126)
-        e = tl.minimum(tl.maximum(((a >> 23) & 0xFF) - 127 - E8_SHIFT, -127), 127)
+        e = tl.minimum(tl.maximum(((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127 - E8_SHIFT, -127), 127)
         f = _pow2(-tl.maximum(e, -126))
         deq = tl.where(finite, _pow2(e), float("nan"))
         stored = tl.where(finite, e + 127, 255)
@@ -346,7 +377,7 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
     acc = tl.zeros((BM, NG), tl.int32)
     while i < n_tiles:
         m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
-        v = _butterfly(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS) * signs)
+        v = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS), signs)
         a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
         acc = tl.maximum(acc, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
         i += tl.num_programs(0)
@@ -370,28 +401,47 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     pid_m = tl.program_id(1)
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
     x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
-    if RHT:
-        x = _butterfly(x * _signs(signs_ptr)) * 0.25
+    if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
+        x = _rotate(x, _signs(signs_ptr))
     xbits = x.to(tl.int32, bitcast=True)
     a = tl.max(tl.max(x.to(tl.uint32, bitcast=True) << 1, axis=3), axis=2)  # bits of |x| << 1
     a = _block_amax((a >> 1).to(tl.int32, bitcast=True), BM, NG, QB, BLOCK_2D)  # [BM, NG]
     finite = a < 0x7F800000
-    f, deq, stored, t = _block_scale(a, finite, amax_ptr, SCALE, G, E8_SHIFT)  # per group
-    fe = f[:, :, None, None]
-    if SCALE != 0:
-        y = x * fe
-    elif SR and FAST_DIV:  # within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
-        y = x * tl.math.div_rn(1.0, f)[:, :, None, None]
-    elif FAST_DIV:  # s outside [2**-100, 2**125] (rare: then the whole tile) takes IEEE division
-        y = _div_fast(x, fe, tl.math.div_rn(1.0, f)[:, :, None, None])
-        if tl.max(((f < 7.888609052210118e-31) | (f > 4.253529586511731e37)).to(tl.int32)) > 0:
-            y = tl.math.div_rn(x, fe)
+    amax = _bits_to_f32(tl.where(finite, a, 0))
+    if RHT:
+        amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
+    f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)  # per group
+    # The fast path needs every f of the tile within [2**-98, 2**123]; else (rare) the tile takes the
+    # reference's steps. There, x * 0.25 (RHT) and 4 * f are exact, so x / f = (4x) / (4f); the
+    # reciprocal and _div_fast are in range; and |x / s| <= g_max + ulps rounds to at most g_max,
+    # so RTNE with fp32 scales needs no clamp (s = amax / g_max is rounded by at most an ulp).
+    if RHT or SCALE != 2:
+        rare = tl.max(((f < 3.1554436208840472e-30) | (f > 1.0633823966279327e37) | (f != f)).to(tl.int32)) > 0
+    else:  # e8m0 without RHT: y = x * 2**-e is exact
+        rare = False
+    if rare:  # the reference's steps (only yy leaves either branch: a value yielded by both can cost a
+        # second layout of the tile; and where yy is signed, both branches keep it signed, else the
+        # compiler makes |yy| in the fast one, where it cannot fold it into the rounding's addition)
+        xr = x * 0.25 if RHT else x
+        fr = f[:, :, None, None]
+        yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
+        yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
+        yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
     else:
-        y = tl.math.div_rn(x, fe)
-    ay = tl.minimum(tl.abs(y), G)  # non-finite blocks: anything; their codes are masked below
-    if SCALE == 1:  # 1/t overflows when amax_T < ~1e-35: then a NaN y (0 * inf) is level 0
-        if tl.max(((f != f) | (f > 3.4028234663852886e38)).to(tl.int32)) > 0:
-            ay = tl.where(y == y, ay, 0.0)
+        ff = f
+        if RHT:
+            ff = f * 4.0 if SCALE == 0 else f * 0.25
+        fe = ff[:, :, None, None]
+        if SCALE != 0:
+            y = x * fe
+        elif SR and FAST_DIV:  # within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
+            y = x * tl.math.div_rn(1.0, ff)[:, :, None, None]
+        elif FAST_DIV:
+            y = _div_fast(x, fe, tl.math.div_rn(1.0, ff)[:, :, None, None])
+        else:
+            y = tl.math.div_rn(x, fe)
+        yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
+    ay = tl.abs(yy)  # non-finite blocks: anything; their codes are masked below
     u = ay
     if SR:
         if SEED_PTR:
@@ -422,23 +472,29 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
 @triton.jit
 def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
                        NG: tl.constexpr, QB: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                       KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, UNIFORM: tl.constexpr,
-                       STEP: tl.constexpr, NL: tl.constexpr, OUT_MODE: tl.constexpr):
+                       KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SH: tl.constexpr, MUL1: tl.constexpr,
+                       MUL2: tl.constexpr, NL: tl.constexpr, OUT_MODE: tl.constexpr):
     """_quantize_kernel's dequant branch from stored codes and scales, on NG groups of 16 of the N
     elements viewed as one row. Byte 4h + i of a group holds elements j = 2i, 2i + 1 (low, high
-    nibble) of the tile [.., j, h]; the level of index idx >= NL (past the grid) is 0."""
+    nibble) of the tile [.., j, h].
+    A code becomes its signed level with bit moves and an exact multiply: the sign to bit 31, the
+    level index n to bits SH..SH+2, where those bits read as n * 2**-128 (SH = 21, uniform grids:
+    then times step * 2**128 as MUL1 * MUL2) or as E2M1's level * 2**-126 (SH = 22: E2M1 is a float
+    with two exponent bits; then times MUL1 = 2**126). The level of index >= NL (past the grid) is 0."""
     _, _, mask, base = _tile_offsets(0, tl.program_id(0), 1, N, 1, NG, False, I64)
-    byte = tl.load(codes_ptr + (base // 2)[:, :, None] + tl.arange(0, 8)[None, None, :], mask=mask[:, :, None])
-    byte = tl.permute(tl.reshape(byte.to(tl.int32), (1, NG, 2, 4)), (0, 1, 3, 2))    # [1, NG, i, h]
-    code = tl.reshape(tl.permute(tl.join(byte & 15, byte >> 4), (0, 1, 2, 4, 3)), (1, NG, 8, 2))
-    idx = code & 7
-    if UNIFORM:
-        lv = idx * STEP
-    else:  # E2M1: 0, .5, 1, 1.5 | 2, 3 | 4, 6
-        lv = tl.where(idx < 4, idx * 0.5, tl.where(idx < 6, idx - 2.0, idx * 2.0 - 8.0))
-    lv = tl.where(idx < NL, lv, 0.0)
-    q = _bits_to_f32(lv.to(tl.int32, bitcast=True) | ((code & 8) << 28))  # ±level (-0.0 kept)
-    s = tl.load(scales_ptr + base // QB, mask=mask)                   # [1, NG]: the group's block scale
+    b = tl.load(codes_ptr + (base >> 1)[:, :, None] + tl.arange(0, 8)[None, None, :], mask=mask[:, :, None])
+    b = tl.permute(tl.reshape(b.to(tl.int32), (1, NG, 2, 4)), (0, 1, 3, 2))  # [1, NG, i, h]
+    # (int8 codes, sign-extended: the high nibble's sign bit is bit 31 after any left shift)
+    keep = -2147483648 | (7 << SH)
+    lo = (((b & 255) << SH) | (b << 28)) & keep
+    hi = (b << (SH - 4)) & keep
+    qb = tl.reshape(tl.permute(tl.join(lo, hi), (0, 1, 2, 4, 3)), (1, NG, 8, 2))  # element 2i + nibble + 8h
+    if NL < 8:
+        qb = tl.where(((qb >> SH) & 7) < NL, qb, qb & -2147483648)
+    q = _bits_to_f32(qb) * MUL1                                           # ±level (-0.0 kept)
+    if MUL2 != 1.0:
+        q = q * MUL2
+    s = tl.load(scales_ptr + (base >> (4 if QB == 16 else 5)), mask=mask)  # [1, NG]: the group's block scale
     if SCALE == 1:  # t * e4m3 (b: its bits, moved into fp32's and times 2**(127 - 7)); 0x7F, 0xFF NaN
         b = s.to(tl.int32)
         v = _bits_to_f32(((b & 0x80) << 24) | ((b & 0x7F) << 20)) * 1.329227995784916e36
@@ -519,6 +575,14 @@ def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
     return (M, kq) if colwise or block_2d else (1, M * kq)
 
 
+def _words(x: torch.Tensor) -> torch.Tensor:
+    """x (bf16 | fp32, contiguous) as words of two elements (int32 | int64), as the rowwise kernels
+    read it; a tensor that starts off a word boundary is copied first."""
+    if x.data_ptr() % (2 * x.element_size()):
+        x = x.clone()
+    return x.view(torch.int32 if x.dtype == torch.bfloat16 else torch.int64)
+
+
 @functools.lru_cache
 def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -543,10 +607,10 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
     else:
         bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
-        args = (x.view(torch.int16) if interpret and bf16 else x, signs, amax, M, K, bm, ng, colwise, i64,
-                interpret and bf16)
+        xk = _words(x) if not colwise else x.view(torch.int16) if interpret and bf16 else x
+        args = (xk, signs, amax, M, K, bm, ng, colwise, i64, colwise and interpret and bf16)
         _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
-                (_amax_rht_kernel, grid, nw, args[3:], x.dtype, x.data_ptr() % 16, signs.data_ptr() % 16), args)
+                (_amax_rht_kernel, grid, nw, args[3:], xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16), args)
     return amax
 
 
@@ -649,12 +713,12 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
     amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret) \
         if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale
-    xk = x.view(torch.int16) if p.x_bits else x
+    xk = x if p.colwise and not p.x_bits else x.view(torch.int16) if p.colwise else _words(x)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
             seed_t is not None) + p.constexprs
-    aligned = (x.dtype, x.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
+    aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
     _launch(_quantize_kernel, p.grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
     if want_codes and scale_mode == "e4m3":
@@ -691,7 +755,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     M, K = _view_mk(numel, kq, colwise, block_2d)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
-    x_bits = interpret and dtype == torch.bfloat16
+    x_bits = interpret and dtype == torch.bfloat16 and colwise  # rows are read as words (_words)
     constexprs = (bm, ng, block, block_2d, colwise, numel >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
                   sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   fast_div and not interpret and step >= 0.5, want_codes, want_dequant, out_mode, x_bits,
@@ -757,7 +821,7 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Te
     if out.numel() == 0:
         return out
     signs = signs.to(torch.float32).contiguous()
-    args = (codes, scales.view(torch.uint8) if scale_mode == "e4m3" else scales, tensor_scale, signs,
+    args = (codes.view(torch.int8), scales.view(torch.uint8) if scale_mode == "e4m3" else scales, tensor_scale, signs,
             out.view(torch.int16) if constexprs[-1] == 2 else out, out.numel()) + constexprs
     aligned = tuple(t.data_ptr() % 16 for t in (codes, scales, tensor_scale, signs))  # Triton specializes on these
     _launch(_dequantize_kernel, grid, interpret, options, (_dequantize_kernel, p, aligned), args)
@@ -783,7 +847,9 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
     uniform, step = _grid_params(levels)
     _, ng, nw = _tile(False, interpret, block, False, tile)
     N = math.prod(shape) * 2
-    constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], uniform, step, len(levels),
+    mul = step * 2.0**128 if uniform else 2.0**126  # see _dequantize_kernel
+    constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], 21 if uniform else 22,
+                  min(mul, 2.0**127), mul / min(mul, 2.0**127), len(levels),
                   0 if out_dtype == torch.float32 else (2 if interpret else 1))
     return shape[:-1] + (K,), (_cdiv(N // 16, ng),), constexprs, (("num_warps", nw), ("enable_fp_fusion", False))
 
