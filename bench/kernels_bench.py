@@ -11,7 +11,8 @@
    quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows and columns, the
    emulated-GEMM output (bf16 dequant, rotated basis) and the codes+scales output. A small sweep of
    tile shapes picks the tiles the table uses.
-4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns),
+4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns;
+   and kernels.tensor_amax_pair, rows and columns from one read, against the two passes),
    a pure read: its bytes are the input's, given as % of the read bandwidth (torch's amax over the
    same 1 GiB buffer the copy uses) and of the copy bandwidth. A sweep picks its tiles and programs
    per SM first (the e4m3 rows of the table use them).
@@ -34,16 +35,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
 BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
-ROW_TILES = [(1, 64, 1), (1, 128, 2), (1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 4), (1, 512, 8),
+ROW_TILES = [(1, 32, 1), (1, 64, 1), (1, 128, 2), (1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 4), (1, 512, 8),
              (1, 1024, 8)]
 COL_TILES = [(64, 4, 4), (128, 4, 8), (64, 8, 8), (32, 8, 4), (128, 2, 4), (256, 2, 8), (256, 4, 8),
              (128, 8, 8), (16, 16, 4), (32, 16, 4), (16, 32, 4), (64, 8, 4)]
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
-              "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)]}
+              "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)],
+              "pair": [(2, 4, 4), (1, 8, 4), (2, 2, 2), (4, 4, 8), (1, 4, 2)]}  # (A, B, num_warps)
 AMAX_PROGRAMS_PER_SM = [2, 4, 8, 16]
-AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0)}       # kind: (RHT, dim)
+AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0), "pair": (True, None)}  # (RHT, dim)
 
 
 def setup(cpu: bool):
@@ -205,8 +207,12 @@ def timing_calls(x, spec, dim, output, variant, signs, tile=None, fast_div=True)
 
 
 def warm_case(case):
-    """Compile one timed configuration on a small tensor (fills the on-disk Triton cache)."""
+    """Compile one timed configuration on a small tensor (fills the on-disk Triton cache); a case
+    without a tile of its own takes the kernels' tiles, given as case[7]."""
     name, dim, output, variant, tile, dev = case[:6]
+    if len(case) > 7:
+        kernels._TILES.update(case[7])
+        case = case[:7]
     spec = timed_specs()[name]
     x = make_x(256, 256, 3, dev)
     fn, _ = timing_calls(x, spec, dim, output, variant, rht.random_signs(0).to(dev), tile, *case[6:])
@@ -235,7 +241,8 @@ def save(res, path, t_start):
 
 
 def sweep_tiles(x, signs, cases, copy, dev):
-    """Time the tile candidates; the best tile per orientation is the one with the least total time."""
+    """Time the tile candidates; the best tile per orientation, output and variant (alone, fused RHT:
+    kernels' plain and "_heavy" tiles) is the one with the least total time over the specs."""
     specs, sweep, best = timed_specs(), [], {}
     for name, dim, out, var, tile, _ in cases:
         fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile)
@@ -244,16 +251,21 @@ def sweep_tiles(x, signs, cases, copy, dev):
                           pct_copy=100 * nbytes / ms / 1e6 / copy))
     for dim, tiles in ((-1, ROW_TILES), (0, COL_TILES)):
         for out in ("dequant", "codes"):
-            total = {t: sum(r["ms"] for r in sweep if r["dim"] == dim and r["output"] == out and r["tile"] == t)
-                     for t in tiles}
-            best[dim, out] = min(total, key=total.get)
-            print(f"tile sweep dim={dim} {out}: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items())
-                  + f" -> {best[dim, out]}", flush=True)
-    return sweep, best
+            for var in ("alone", "fused_rht"):
+                total = {t: sum(r["ms"] for r in sweep if (r["dim"], r["output"], r["variant"], r["tile"])
+                                == (dim, out, var, t)) for t in tiles}
+                best[dim, out, var] = min(total, key=total.get)
+                print(f"tile sweep dim={dim} {out} {var}: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items())
+                      + f" -> {best[dim, out, var]}", flush=True)
+    kinds = {("col" if dim == 0 else "row") + ("_codes" if out == "codes" else "")
+             + ("_heavy" if var != "alone" else ""): t for (dim, out, var), t in best.items()}
+    return sweep, kinds
 
 
 def amax_call(x, kind, signs, tile=None, programs=None):
     use_rht, dim = AMAX_CASES[kind]
+    if kind == "pair":  # rows and columns from one read
+        return lambda: kernels.tensor_amax_pair(x, signs, tile=tile, programs=programs)  # noqa: E731
     return lambda: kernels.tensor_amax(x, rht_signs=signs if use_rht else None, dim=dim, tile=tile,  # noqa: E731
                                        programs=programs)
 
@@ -289,16 +301,20 @@ def amax_table(x, signs, dev, read_bw, copy):
           f"GB/s ({read_bw:.0f}), %copy over the copy's ({copy:.0f})")
     print(f"{'pass':18s} {'ms':>8s} {'GB/s':>7s} {'%read':>6s} {'%copy':>6s}")
     table = []
-    for kind, name in (("flat", "no RHT"), ("row", "RHT rows (dim -1)"), ("col", "RHT cols (dim 0)")):
+    for kind, name in (("flat", "no RHT"), ("row", "RHT rows (dim -1)"), ("col", "RHT cols (dim 0)"),
+                       ("pair", "RHT rows + cols")):
         ms = bench(amax_call(x, kind, signs), dev)
         gbps = x.numel() * x.element_size() / ms / 1e6
         table.append(dict(kind=kind, ms=ms, GBps=gbps, pct_read=100 * gbps / read_bw, pct_copy=100 * gbps / copy))
         print(f"{name:18s} {ms:8.4f} {gbps:7.0f} {table[-1]['pct_read']:6.1f} {table[-1]['pct_copy']:6.1f}",
               flush=True)
+    ms = {r["kind"]: r["ms"] for r in table}
+    print(f"rows + cols from one read (kernels.tensor_amax_pair) / the two passes: "
+          f"{ms['pair'] / (ms['row'] + ms['col']):.3f}", flush=True)
     return table
 
 
-def sr_rounds_table(x, signs, best, copy, dev):
+def sr_rounds_table(x, signs, copy, dev):
     """The SR kernel (UFP4's dY spec) with each number of Philox rounds (kernels.PHILOX_ROUNDS)."""
     spec, rows = timed_specs()["e1m2 fp32 b16 SR (UFP4 dY)"], []
     default = kernels.PHILOX_ROUNDS
@@ -308,7 +324,7 @@ def sr_rounds_table(x, signs, best, copy, dev):
         kernels._plan.cache_clear()
         for dim in (-1, 0):
             for var in ("alone", "fused_rht"):
-                fn, nbytes = timing_calls(x, spec, dim, "dequant", var, signs, best[dim, "dequant"])
+                fn, nbytes = timing_calls(x, spec, dim, "dequant", var, signs)
                 ms = bench(fn, dev)
                 rows.append(dict(rounds=rounds, dim=dim, variant=var, ms=ms, pct_copy=100 * nbytes / ms / 1e6 / copy))
                 print(f"rounds {rounds:2d} dim {dim:2d} {var:10s} {ms:8.4f} ms {rows[-1]['pct_copy']:6.1f} %copy",
@@ -389,15 +405,15 @@ def main():
     res["amax_sweep"], res["amax_best"] = sweep_amax(x, signs, dev)
     res["amax_table"] = amax_table(x, signs, dev, res["read_GBps"], copy)
     res["tile_sweep"], best = sweep_tiles(x, signs, tile_cases, copy, dev)
-    res["best_tiles"] = {"row": best[-1, "dequant"], "col": best[0, "dequant"], "row_codes": best[-1, "codes"],
-                         "col_codes": best[0, "codes"]}
+    res["best_tiles"] = best  # from here on every kernel takes its tile from kernels' table, so updated
+    (kernels._TILES if dev == "cuda" else kernels._TILES_INTERPRET).update(best)
     save(res, args.out, t_start)
 
     # the checks and the table's compiles run in the workers, with the chosen tiles
-    opts = dict(device=dev, size=args.size, small=args.small, tiles=res["best_tiles"])
-    main_cases = [(name, dim, out, var, best[dim, out], dev) for name in names for dim in (-1, 0)
-                  for out in ("dequant", "codes") for var in ("alone", "fused_rht")]
-    slow_div = [(names[0], dim, out, "alone", best[dim, out], dev, False) for dim in (-1, 0)
+    opts = dict(device=dev, size=args.size, small=args.small, tiles=best)
+    main_cases = [(name, dim, out, var, None, dev, True, best) for name in names for dim in (-1, 0)
+                  for out in ("dequant", "codes") for var in ("alone", "fused_rht", "separate_rht")]
+    slow_div = [(names[0], dim, out, "alone", None, dev, False, best) for dim in (-1, 0)
                 for out in ("dequant", "codes")]
     warm = pool.map_async(warm_case, main_cases + slow_div) if dev == "cuda" else None
     if not args.skip_check:
@@ -426,7 +442,7 @@ def main():
             for out in ("dequant", "codes"):
                 alone = None
                 for var in ("alone", "fused_rht", "separate_rht"):
-                    fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, best[dim, out])
+                    fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs)
                     ms = bench(fn, dev)
                     alone = alone or ms
                     row = dict(spec=name, dim=dim, output=out, variant=var, ms=ms, bytes=nbytes,
@@ -435,10 +451,10 @@ def main():
                     table.append(row)
                     print(f"{name:28s} {dim:3d} {out:8s} {var:13s} {ms:8.4f} {row['GBps']:7.0f} "
                           f"{row['pct_copy']:6.1f} {row['ratio_to_alone']:7.3f}", flush=True)
-    res["sr_rounds"] = sr_rounds_table(x, signs, best, copy, dev)
+    res["sr_rounds"] = sr_rounds_table(x, signs, copy, dev)
     res["dequantize"] = dequantize_table(x, signs, copy, dev)
     res["ieee_division"] = []
-    for name, dim, out, var, tile, _, _ in slow_div:  # the plain div.rn path, for comparison
+    for name, dim, out, var, tile, _, _, _ in slow_div:  # the plain div.rn path, for comparison
         fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile, fast_div=False)
         ms = bench(fn, dev)
         res["ieee_division"].append(dict(spec=name, dim=dim, output=out, ms=ms,
