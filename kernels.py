@@ -385,30 +385,6 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
     tl.atomic_max(amax_ptr, amax.to(tl.int32, bitcast=True))
 
 
-@triton.jit
-def _amax_pair_kernel(x_ptr, xw_ptr, signs_ptr, amax_ptr, R, C, A: tl.constexpr, B: tl.constexpr,
-                      I64: tl.constexpr, X_BITS: tl.constexpr):
-    """_amax_rht_kernel along the rows (amax_ptr[0]) and along the columns (amax_ptr[1]) of x [R, C]
-    from one read of x: each step takes a region of 16A rows x 16B columns, as row groups (xw: x as
-    words) and again, from the cache, as column groups."""
-    n_c = tl.cdiv(C // 16, B)
-    i, n_tiles = tl.program_id(0), n_c * tl.cdiv(R // 16, A)
-    signs = _signs(signs_ptr)
-    acc_r = tl.zeros((16 * A, B), tl.int32)
-    acc_c = tl.zeros((16 * B, A), tl.int32)
-    while i < n_tiles:
-        tr, tc = i // n_c, i % n_c
-        _, _, mask, base = _tile_offsets(tr, tc, R, C, 16 * A, B, False, I64)
-        a = _rotate(_load_tile(xw_ptr, base, mask, R, False, X_BITS), signs).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        acc_r = tl.maximum(acc_r, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
-        _, _, mask, base = _tile_offsets(tc, tr, C, R, 16 * B, A, True, I64)
-        a = _rotate(_load_tile(x_ptr, base, mask, C, True, X_BITS), signs).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        acc_c = tl.maximum(acc_c, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
-        i += tl.num_programs(0)
-    tl.atomic_max(amax_ptr, (_bits_to_f32(tl.max(tl.max(acc_r, axis=1), axis=0)) * 0.25).to(tl.int32, bitcast=True))
-    tl.atomic_max(amax_ptr + 1, (_bits_to_f32(tl.max(tl.max(acc_c, axis=1), axis=0)) * 0.25).to(tl.int32, bitcast=True))
-
-
 @triton.jit(do_not_specialize=["seed"])
 def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
                      M, K, seed,
@@ -534,14 +510,14 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no dequantized output;
 # "_heavy": with RHT or SR, the kernels that need the most registers
-_TILES = {"row": (1, 64, 1), "row_heavy": (1, 128, 4), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 32, 1),
-          "col": (128, 2, 4), "col_heavy": (64, 4, 4), "col_codes": (16, 16, 4), "col_codes_heavy": (16, 16, 4),
+_TILES = {"row": (1, 64, 1), "row_heavy": (1, 128, 4), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
+          "col": (128, 2, 4), "col_heavy": (128, 2, 4), "col_codes": (16, 16, 4), "col_codes_heavy": (16, 16, 4),
           "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
                     "col_codes": (32, 4, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
-_AMAX_TILES = {"flat": (4096, 8), "row": (1, 256, 4), "col": (64, 8, 4), "pair": (2, 4, 4)}
+_AMAX_TILES = {"flat": (4096, 8), "row": (1, 256, 4), "col": (64, 8, 4)}
 _AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1)}
 _AMAX_PROGRAMS_PER_SM = 8
 
@@ -663,35 +639,6 @@ def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, di
     return _amax(x, signs, M, K, colwise, interpret, tile, programs).view(torch.float32).reshape(())
 
 
-def tensor_amax_pair(x: torch.Tensor, rht_signs: torch.Tensor, *, tile: Optional[tuple] = None,
-                     programs: Optional[int] = None) -> torch.Tensor:
-    """tensor_amax(x, rht_signs=rht_signs, dim=-1) and (..., dim=0) of a 2-D x [R, C] from one read of x,
-    as an fp32 tensor [2] (the e4m3 tensor amaxes of x's row and column quantizations with RHT: pass
-    them to quantize(amax=...)). tile: (A, B, num_warps), regions of 16A rows x 16B columns."""
-    interpret = _check_device(x)
-    if x.dim() != 2 or not x.is_contiguous() or x.dtype not in _FLOATS or x.shape[0] % 16 or x.shape[1] % 16:
-        raise ValueError(f"tensor_amax_pair reads a contiguous 2-D bf16/fp32 tensor with both sizes multiples of 16; "
-                         f"got {x.dtype} {tuple(x.shape)} with strides {x.stride()}")
-    if rht_signs.numel() != 16 or rht_signs.device != x.device:
-        raise ValueError(f"rht_signs must hold 16 values on {x.device}; got shape {tuple(rht_signs.shape)} "
-                         f"on {rht_signs.device}")
-    amax = torch.zeros(2, dtype=torch.int32, device=x.device)
-    if x.numel() == 0:
-        return amax.view(torch.float32)
-    a, b, nw = tile or ((1, 2, 1) if interpret else _AMAX_TILES["pair"])
-    R, C = x.shape
-    programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
-    grid = (min(_cdiv(R // 16, a) * _cdiv(C // 16, b), programs),)
-    bits = interpret and x.dtype == torch.bfloat16
-    signs = rht_signs.to(torch.float32).contiguous()
-    xw = _words(x)
-    args = (x.view(torch.int16) if bits else x, xw, signs, amax, R, C, a, b, x.numel() >= 2**31, bits)
-    _launch(_amax_pair_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
-            (_amax_pair_kernel, grid, nw, args[4:], x.dtype, x.data_ptr() % 16, xw.data_ptr() % 16,
-             signs.data_ptr() % 16), args)
-    return amax.view(torch.float32)
-
-
 def _check(shape, dtype, levels, block, scale_mode, rht, block_2d, dim, out_dtype, want_codes, want_dequant):
     """Validate quantize()'s arguments (all but the tensors' contiguity and devices); returns
     (colwise, K = size of the quantized dim)."""
@@ -724,9 +671,8 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
              sr: bool = False, rht_signs: Optional[torch.Tensor] = None, block_2d: bool = False,
              dim: int = -1, seed=0, out_dtype: Optional[torch.dtype] = None,
              keep_rotated: bool = False, want_codes: bool = True, want_dequant: bool = True,
-             tile: Optional[tuple] = None, fast_div: bool = True, amax: Optional[torch.Tensor] = None):
-    """Quantize x along dim with one fused kernel (plus a tensor-amax pass for e4m3 scales, unless
-    its result is given as amax: tensor_amax's or tensor_amax_pair's, one fp32 value on x's device).
+             tile: Optional[tuple] = None, fast_div: bool = True):
+    """Quantize x along dim with one fused kernel (plus a tensor-amax pass for e4m3 scales).
 
     levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
     block: 16 | 32; scale_mode: 'fp32' | 'e4m3' | 'e8m0'; sr: stochastic rounding seeded by `seed`
@@ -770,22 +716,14 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         e4m3 = scales is not None and scale_mode == "e4m3"
         return codes, scales.view(torch.float8_e4m3fn) if e4m3 else scales, tscale, out
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
-    if amax is not None:
-        if scale_mode != "e4m3" or amax.numel() != 1 or amax.dtype != torch.float32 or amax.device != dev:
-            raise ValueError(f"amax is the e4m3 tensor amax (one fp32 value on {dev}); got {amax.dtype} "
-                             f"{tuple(amax.shape)} on {amax.device} with scale_mode {scale_mode!r}")
-        amax = amax.reshape(1).view(torch.int32)
-    elif scale_mode == "e4m3":  # a first pass: the tensor amax comes before any block scale
-        amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret)
-    else:
-        amax = tscale
+    amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret) \
+        if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale
     xk = x if p.colwise and not p.x_bits else x.view(torch.int16) if p.colwise else _words(x)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
             seed_t is not None) + p.constexprs
-    aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, amax.data_ptr() % 16,
-               0 if seed_t is None else seed_t.data_ptr() % 16)
+    aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
     _launch(_quantize_kernel, p.grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
     if want_codes and scale_mode == "e4m3":
@@ -929,19 +867,17 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
 # step, and the decorator's Python dispatch costs ~10 us more per call (bench/launch_bench.py).
 _LIB = torch.library.Library("nanofp4", "DEF")
 _LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
-            "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None, Tensor? amax=None) -> Tensor")
-_LIB.define("amax_pair(Tensor x, Tensor signs) -> Tensor")  # tensor_amax_pair
+            "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None) -> Tensor")
 # an operand kept packed (quantize's codes, scales and tensor scale) and its dequantization:
-_LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode, Tensor? signs, int dim, "
-            "Tensor? amax=None) -> (Tensor, Tensor, Tensor)")
+_LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode, Tensor? signs, int dim) "
+            "-> (Tensor, Tensor, Tensor)")
 _LIB.define("dequantize(Tensor codes, Tensor scales, Tensor tensor_scale, float[] levels, int block, "
             "str scale_mode, Tensor? signs, bool keep_rotated, ScalarType out_dtype) -> Tensor")
 
 
 def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str, sr: bool,
                      signs: Optional[torch.Tensor], block_2d: bool, dim: int, seed: int,
-                     keep_rotated: bool, seed_t: Optional[torch.Tensor] = None,
-                     amax: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     keep_rotated: bool, seed_t: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The op's body: fake_quantize with the op's positional arguments. SR's seed: seed_t (an int32
     on x's device) if given, else `seed`, else (seed < 0) one drawn from torch's CPU generator."""
     if seed_t is not None:
@@ -950,12 +886,12 @@ def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str,
         seed = int(torch.randint(2**31 - 1, ()))
     return fake_quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
                          rht_signs=signs, block_2d=block_2d, dim=dim, seed=seed,
-                         keep_rotated=keep_rotated, amax=amax)
+                         keep_rotated=keep_rotated)
 
 
-def quantize_codes_op(x, levels, block, scale_mode, signs, dim, amax=None):
+def quantize_codes_op(x, levels, block, scale_mode, signs, dim):
     return quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs, dim=dim,
-                    want_dequant=False, amax=amax)[:3]
+                    want_dequant=False)[:3]
 
 
 def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
@@ -967,21 +903,15 @@ for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTER
     _LIB.impl("fake_quantize", fake_quantize_op, _key)
     _LIB.impl("quantize_codes", quantize_codes_op, _key)
     _LIB.impl("dequantize", dequantize_op, _key)
-    _LIB.impl("amax_pair", tensor_amax_pair, _key)
 
 
 @torch.library.register_fake("nanofp4::fake_quantize")
-def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None, amax=None):
+def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None):
     return torch.empty_like(x)
 
 
-@torch.library.register_fake("nanofp4::amax_pair")
-def _(x, signs):
-    return x.new_empty((2,), dtype=torch.float32)
-
-
 @torch.library.register_fake("nanofp4::quantize_codes")
-def _(x, levels, block, scale_mode, signs, dim, amax=None):
+def _(x, levels, block, scale_mode, signs, dim):
     colwise, k = _check(tuple(x.shape), x.dtype, tuple(levels), block, scale_mode, signs is not None, False,
                         dim, torch.float32, True, False)
     lead = (x.shape[1],) if colwise else tuple(x.shape[:-1])

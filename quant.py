@@ -204,12 +204,11 @@ def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
     return QTensor(packed, stored, t.float(), spec, dim, x.dtype, signs if spec.rht else None)
 
 
-def fake_quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None, keep_rotated=False, amax=None):
+def fake_quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None, keep_rotated=False):
     """Quantize and dequantize x along dim; same shape and dtype. With RHT the result is rotated
-    back (≈ x) unless keep_rotated (the GEMM path: both operands carry the same rotation). amax: the
-    e4m3 tensor amax if known (_amax_pair; the kernels then skip their first pass)."""
+    back (≈ x) unless keep_rotated (the GEMM path: both operands carry the same rotation)."""
     if _use_kernels(x):
-        return _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax)
+        return _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated)
     return quantize(x, spec, dim, seed=seed, signs=signs).dequantize(keep_rotated=keep_rotated)
 
 
@@ -234,7 +233,7 @@ def _use_kernels(x) -> bool:
     return use
 
 
-def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
+def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
     """fake_quantize through the fused Triton kernel (kernels.py): rows of any tensor, or the columns
     of a 2-D one (no transpose). Traced by torch.compile (or given a tensor subclass) it is the
     operator nanofp4::fake_quantize, one opaque node; eager, a plain tensor goes straight to the op's
@@ -258,12 +257,12 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
         seed_t = torch.randint(2**31 - 1, (1,), dtype=torch.int32, device=x.device) \
             if compiling and sr and seed < 0 else None
         y = torch.ops.nanofp4.fake_quantize(xk, list(spec.levels), spec.block, spec.scale, sr, signs,
-                                            spec.block_2d, kdim, seed, keep_rotated, seed_t, amax)
+                                            spec.block_2d, kdim, seed, keep_rotated, seed_t)
     else:  # the op's body: SR without a seed draws one from torch's CPU generator, as the op does
         seed = int(torch.randint(2**31 - 1, ())) if sr and seed < 0 else seed
         y = kernels.fake_quantize(xk, levels=spec.levels, block=spec.block, scale_mode=spec.scale, sr=sr,
                                   rht_signs=signs, block_2d=spec.block_2d, dim=kdim, seed=seed,
-                                  keep_rotated=keep_rotated, amax=amax)
+                                  keep_rotated=keep_rotated)
     return y.movedim(-1, dim) if moved else y
 
 
@@ -401,14 +400,13 @@ def _n_blocks(count_or_fraction, n: int) -> int:
 MONITOR = None
 
 
-def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", amax_a=None, amax_b=None):
-    """Fake-quantize the two operands of one GEMM (with their e4m3 tensor amaxes if known). If both are
-    rotated by the same RHT they stay in the rotated basis (the product is unchanged); otherwise each
-    is rotated back."""
+def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=""):
+    """Fake-quantize the two operands of one GEMM. If both are rotated by the same RHT they stay in
+    the rotated basis (the product is unchanged); otherwise each is rotated back."""
     both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
-    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both, amax=amax_a)
-    qb = b if spec_b is None else _operand(b, spec_b, dim_b, signs, both, amax_b)
+    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
+    qb = b if spec_b is None else _operand(b, spec_b, dim_b, signs, both)
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
             if spec is not None:
@@ -416,7 +414,7 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=
     return qa, qb
 
 
-def _quantize_any(x, spec, dim, signs, amax=None) -> QTensor:
+def _quantize_any(x, spec, dim, signs) -> QTensor:
     """quantize(), through the Triton kernel where fake_quantize would use it (same codes and scales);
     traced by torch.compile, the operator nanofp4::quantize_codes (one opaque node)."""
     if not _use_kernels(x):
@@ -425,11 +423,10 @@ def _quantize_any(x, spec, dim, signs, amax=None) -> QTensor:
     s = signs if spec.rht else None
     if torch.compiler.is_compiling():
         codes, scales, t = torch.ops.nanofp4.quantize_codes(x.contiguous(), list(spec.levels), spec.block,
-                                                           spec.scale, s, dim, amax)
+                                                           spec.scale, s, dim)
     else:
         codes, scales, t, _ = kernels.quantize(x.contiguous(), levels=spec.levels, block=spec.block,
-                                               scale_mode=spec.scale, rht_signs=s, dim=dim, want_dequant=False,
-                                               amax=amax)
+                                               scale_mode=spec.scale, rht_signs=s, dim=dim, want_dequant=False)
     return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, s)
 
 
@@ -457,34 +454,19 @@ def _packs(recipe) -> bool:
     return recipe.pack_saved and s is not None and s.rounding == "rtne" and not s.block_2d and MONITOR is None
 
 
-def _operand(t, spec, dim, signs, keep_rotated, amax=None):
+def _operand(t, spec, dim, signs, keep_rotated):
     """The GEMM operand of t: fake_quantize(t), or t's dequantization if it is kept packed (QTensor)."""
     if isinstance(t, QTensor):
         return _dequantize(t, keep_rotated)
-    return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
+    return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
 
 
-def _amax_pair(t, spec_rows, spec_cols, signs):
-    """The e4m3 tensor amaxes of a 2-D t's row (dim -1) and column (dim 0) operands, from one read of t
-    (kernels.tensor_amax_pair), as a tensor [2], where both take e4m3 scales after the RHT on the
-    kernels; else None (each quantize then makes its own first pass)."""
-    if not (spec_rows is not None and spec_cols is not None and spec_rows.scale == spec_cols.scale == "e4m3"
-            and spec_rows.rht and spec_cols.rht and t.dim() == 2 and t.shape[0] % 16 == 0
-            and t.shape[1] % 16 == 0 and t.numel() and _use_kernels(t)):
-        return None
-    import kernels
-    if torch.compiler.is_compiling() or type(t) not in (torch.Tensor, nn.Parameter):
-        return torch.ops.nanofp4.amax_pair(t.contiguous(), signs)
-    return kernels.tensor_amax_pair(t.contiguous(), signs)
-
-
-def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others, amax=None):
-    """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs
-    (amax: that operand's e4m3 tensor amax, if known)."""
+def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others):
+    """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs."""
     ctx.packed = None
     if not packs:
         return ctx.save_for_backward(x, *others)
-    qt = _quantize_any(x, recipe.wgrad_x, 0, signs, amax)
+    qt = _quantize_any(x, recipe.wgrad_x, 0, signs)
     ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs)
     ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, *others)
 
@@ -507,35 +489,23 @@ class _QLinearFn(torch.autograd.Function):
     def forward(ctx, x, bias, recipe, signs, layer, *w_parts):
         w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]     # [N, K]
         x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
-        # e4m3 after RHT along both dims (ufp4-nv): x's and w's two tensor amaxes from one read each
-        ax = _amax_pair(x2, recipe.fprop_x, recipe.wgrad_x, signs)
-        aw = _amax_pair(w, recipe.fprop_w, recipe.dgrad_w, signs)
-        qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer,
-                                None if ax is None else ax[0], None if aw is None else aw[0])
+        qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer)
         y = qx @ qw.t()                                                 # [M, N]
         if bias is not None:
             y = y + bias
-        pairs = () if ax is None or aw is None else (ax, aw)
-        ctx.n_w, ctx.pairs = len(w_parts), bool(pairs)
-        keep_for_backward(ctx, x2, recipe, signs, _packs(recipe), *w_parts, *pairs,
-                          amax=None if ax is None else ax[1])
+        keep_for_backward(ctx, x2, recipe, signs, _packs(recipe), *w_parts)
         ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer = recipe, signs, bias is not None, layer
         return y.reshape(*x.shape[:-1], w.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
         r, signs = ctx.recipe, ctx.signs
-        x2, others = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
-        w_parts, (ax, aw) = others[:ctx.n_w], (others[ctx.n_w:] if ctx.pairs else ((None,) * 2,) * 2)
+        x2, w_parts = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
         w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]
         dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)                  # [M, N]
-        ady = _amax_pair(dy2, r.dgrad_dy, r.wgrad_dy, signs) if ctx.pairs else None
-        ady = (None, None) if ady is None else ady
-        qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
-                                 ady[0], aw[1])
+        qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
         dx = qdy @ qw                                                   # [M, K]
-        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                 ady[1], ax[1])
+        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
         dw = qdy.t() @ qx                                               # [N, K]
         db = dy2.sum(0) if ctx.has_bias else None
         return (dx.reshape(*dy.shape[:-1], dx.shape[-1]), db, None, None, None,

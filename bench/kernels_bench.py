@@ -11,8 +11,7 @@
    quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows and columns, the
    emulated-GEMM output (bf16 dequant, rotated basis) and the codes+scales output. A small sweep of
    tile shapes picks the tiles the table uses.
-4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns;
-   and kernels.tensor_amax_pair, rows and columns from one read, against the two passes),
+4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns),
    a pure read: its bytes are the input's, given as % of the read bandwidth (torch's amax over the
    same 1 GiB buffer the copy uses) and of the copy bandwidth. A sweep picks its tiles and programs
    per SM first (the e4m3 rows of the table use them).
@@ -42,10 +41,9 @@ COL_TILES = [(64, 4, 4), (128, 4, 8), (64, 8, 8), (32, 8, 4), (128, 2, 4), (256,
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
-              "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)],
-              "pair": [(2, 4, 4), (1, 8, 4), (2, 2, 2), (4, 4, 8), (1, 4, 2)]}  # (A, B, num_warps)
+              "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)]}
 AMAX_PROGRAMS_PER_SM = [2, 4, 8, 16]
-AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0), "pair": (True, None)}  # (RHT, dim)
+AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0)}       # kind: (RHT, dim)
 
 
 def setup(cpu: bool):
@@ -241,31 +239,29 @@ def save(res, path, t_start):
 
 
 def sweep_tiles(x, signs, cases, copy, dev):
-    """Time the tile candidates; the best tile per orientation, output and variant (alone, fused RHT:
-    kernels' plain and "_heavy" tiles) is the one with the least total time over the specs."""
+    """Time the tile candidates; the best tile of each of kernels' tile kinds (orientation, output, and
+    "_heavy" with RHT or SR) is the one with the least total time over the specs of that kind."""
     specs, sweep, best = timed_specs(), [], {}
     for name, dim, out, var, tile, _ in cases:
         fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile)
         ms = bench(fn, dev)
         sweep.append(dict(spec=name, dim=dim, output=out, variant=var, tile=tile, ms=ms,
                           pct_copy=100 * nbytes / ms / 1e6 / copy))
-    for dim, tiles in ((-1, ROW_TILES), (0, COL_TILES)):
-        for out in ("dequant", "codes"):
-            for var in ("alone", "fused_rht"):
-                total = {t: sum(r["ms"] for r in sweep if (r["dim"], r["output"], r["variant"], r["tile"])
-                                == (dim, out, var, t)) for t in tiles}
-                best[dim, out, var] = min(total, key=total.get)
-                print(f"tile sweep dim={dim} {out} {var}: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items())
-                      + f" -> {best[dim, out, var]}", flush=True)
-    kinds = {("col" if dim == 0 else "row") + ("_codes" if out == "codes" else "")
-             + ("_heavy" if var != "alone" else ""): t for (dim, out, var), t in best.items()}
-    return sweep, kinds
+    def kind(r):
+        heavy = r["variant"] == "fused_rht" or specs[r["spec"]].rounding == "sr"
+        return ("col" if r["dim"] == 0 else "row") + ("_codes" if r["output"] == "codes" else "") + \
+            ("_heavy" if heavy else "")
+    for k in sorted({kind(r) for r in sweep}):
+        tiles = COL_TILES if k.startswith("col") else ROW_TILES
+        total = {t: sum(r["ms"] for r in sweep if kind(r) == k and r["tile"] == t) for t in tiles}
+        best[k] = min(total, key=total.get)
+        print(f"tile sweep {k}: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items()) + f" -> {best[k]}",
+              flush=True)
+    return sweep, best
 
 
 def amax_call(x, kind, signs, tile=None, programs=None):
     use_rht, dim = AMAX_CASES[kind]
-    if kind == "pair":  # rows and columns from one read
-        return lambda: kernels.tensor_amax_pair(x, signs, tile=tile, programs=programs)  # noqa: E731
     return lambda: kernels.tensor_amax(x, rht_signs=signs if use_rht else None, dim=dim, tile=tile,  # noqa: E731
                                        programs=programs)
 
@@ -301,16 +297,12 @@ def amax_table(x, signs, dev, read_bw, copy):
           f"GB/s ({read_bw:.0f}), %copy over the copy's ({copy:.0f})")
     print(f"{'pass':18s} {'ms':>8s} {'GB/s':>7s} {'%read':>6s} {'%copy':>6s}")
     table = []
-    for kind, name in (("flat", "no RHT"), ("row", "RHT rows (dim -1)"), ("col", "RHT cols (dim 0)"),
-                       ("pair", "RHT rows + cols")):
+    for kind, name in (("flat", "no RHT"), ("row", "RHT rows (dim -1)"), ("col", "RHT cols (dim 0)")):
         ms = bench(amax_call(x, kind, signs), dev)
         gbps = x.numel() * x.element_size() / ms / 1e6
         table.append(dict(kind=kind, ms=ms, GBps=gbps, pct_read=100 * gbps / read_bw, pct_copy=100 * gbps / copy))
         print(f"{name:18s} {ms:8.4f} {gbps:7.0f} {table[-1]['pct_read']:6.1f} {table[-1]['pct_copy']:6.1f}",
               flush=True)
-    ms = {r["kind"]: r["ms"] for r in table}
-    print(f"rows + cols from one read (kernels.tensor_amax_pair) / the two passes: "
-          f"{ms['pair'] / (ms['row'] + ms['col']):.3f}", flush=True)
     return table
 
 
@@ -383,7 +375,7 @@ def main():
     pool = mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args.cpu,))
     specs = timed_specs()
     names = list(specs)
-    tile_cases = [(name, dim, out, var, tile, dev) for name in names[:2] for dim in (-1, 0)
+    tile_cases = [(name, dim, out, var, tile, dev) for name in names[:2] + names[-1:] for dim in (-1, 0)
                   for out in ("dequant", "codes") for var in ("alone", "fused_rht")
                   for tile in (ROW_TILES if dim == -1 else COL_TILES)]
     if dev == "cuda":

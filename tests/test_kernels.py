@@ -213,27 +213,6 @@ def test_tensor_amax_pass(dtype):
     assert kernels.tensor_amax(x).item() == 0.0 and kernels.tensor_amax(x, rht_signs=SIGNS.to(DEV)).item() == 0.0
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_tensor_amax_pair_and_quantize_given_amax(dtype):
-    """tensor_amax_pair = tensor_amax along rows and along columns, bit for bit (regions looped over
-    by the persistent programs, ragged at both edges); quantize given that amax = quantize alone."""
-    spec = quant.QuantSpec("e1m2", 16, "e4m3", "rtne", True)
-    for case, shape in enumerate([(48, 80), (16, 16), (160, 32)]):
-        x = make_x(shape, dtype, seed=30 + case).to(DEV)
-        x[1, 5], x[-1, 3] = float("inf"), float("nan")
-        pair = kernels.tensor_amax_pair(x, SIGNS.to(DEV))
-        for i, dim in enumerate((-1, 0)):
-            want = kernels.tensor_amax(x, rht_signs=SIGNS.to(DEV), dim=dim)
-            assert_same_bits(pair[i], want, f"pair amax {shape} dim={dim} {dtype}")
-            kw = kernel_args(spec, dim, keep_rotated=True)
-            for got, ref in zip(kernels.quantize(x, amax=pair[i], **kw), kernels.quantize(x, **kw)):
-                assert_same_bits(got, ref, f"quantize with amax {shape} dim={dim} {dtype}")
-    with pytest.raises(ValueError, match="multiples of 16"):
-        kernels.tensor_amax_pair(torch.zeros(16, 24, device=DEV), SIGNS.to(DEV))
-    with pytest.raises(ValueError, match="e4m3 tensor amax"):
-        kernels.quantize(x, amax=pair[0], **kernel_args(quant.QuantSpec("e1m2", 16, "fp32"), -1))
-
-
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 def test_e1m2_equals_int4_and_fake_quantize_equals_quantize(scale):
     x = make_x((5, 64), torch.bfloat16, seed=9)
