@@ -335,15 +335,17 @@ def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.cons
 
 @triton.jit
 def _pack_codes(code, finite):
-    """4-bit codes [BM, NG, 8, 2] (element j + 8h) -> bytes [BM, NG, 8], element 2i in the low nibble
-    of byte i; non-finite groups get code 0 (their NaN sign bits would depend on the platform)."""
+    """4-bit codes [BM, NG, 8, 2] (element j + 8h) -> bytes 0-3 and 4-7 of each group, [BM, NG, 4] each
+    (byte i holds elements 2i, 2i + 1 in its low, high nibble); non-finite groups get code 0 (their NaN
+    sign bits would depend on the platform). Each half packs on its own, with no transpose (one costs
+    the compiler a second layout of the whole tile)."""
     BM: tl.constexpr = code.shape[0]
     NG: tl.constexpr = code.shape[1]
-    code = tl.permute(tl.reshape(code, (BM, NG, 4, 2, 2)), (0, 1, 2, 4, 3))  # (pair i, h, 2i | 2i+1)
-    ev, od = tl.split(code)
-    byte = ev | (od << 4)                                                  # [BM, NG, 4, h]
-    byte = tl.where(finite[:, :, None, None], byte, 0)
-    return tl.reshape(tl.permute(byte, (0, 1, 3, 2)), (BM, NG, 8)).to(tl.uint8)
+    code = tl.where(finite[:, :, None, None], code, 0)
+    lo, hi = tl.split(code)                                               # elements 0-7, 8-15
+    e0, o0 = tl.split(tl.reshape(lo, (BM, NG, 4, 2)))
+    e1, o1 = tl.split(tl.reshape(hi, (BM, NG, 4, 2)))
+    return (e0 | (o0 << 4)).to(tl.uint8), (e1 | (o1 << 4)).to(tl.uint8)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -420,28 +422,28 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         rare = tl.max(((f < 3.1554436208840472e-30) | (f > 1.0633823966279327e37) | (f != f)).to(tl.int32)) > 0
     else:  # e8m0 without RHT: y = x * 2**-e is exact
         rare = False
-    if rare:  # the reference's steps (only yy leaves either branch: a value yielded by both can cost a
-        # second layout of the tile; and where yy is signed, both branches keep it signed, else the
-        # compiler makes |yy| in the fast one, where it cannot fold it into the rounding's addition)
+    ff = f
+    if RHT:
+        ff = f * 4.0 if SCALE == 0 else f * 0.25
+    fe = ff[:, :, None, None]
+    if SCALE != 0:
+        y = x * fe
+    elif SR and FAST_DIV:  # within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
+        y = x * tl.math.div_rn(1.0, ff)[:, :, None, None]
+    elif FAST_DIV:
+        y = _div_fast(x, fe, tl.math.div_rn(1.0, ff)[:, :, None, None])
+    else:
+        y = tl.math.div_rn(x, fe)
+    yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
+    if rare:  # the reference's steps instead. (The fast path is computed outside this branch and only yy
+        # is replaced: a branch computing values from x costs a copy of the whole tile's arithmetic in a
+        # second layout. Where yy is signed, the rare one is too: else the compiler makes |yy| before
+        # the branch, where it cannot fold it into the rounding's addition.)
         xr = x * 0.25 if RHT else x
         fr = f[:, :, None, None]
         yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
         yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
         yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-    else:
-        ff = f
-        if RHT:
-            ff = f * 4.0 if SCALE == 0 else f * 0.25
-        fe = ff[:, :, None, None]
-        if SCALE != 0:
-            y = x * fe
-        elif SR and FAST_DIV:  # within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
-            y = x * tl.math.div_rn(1.0, ff)[:, :, None, None]
-        elif FAST_DIV:
-            y = _div_fast(x, fe, tl.math.div_rn(1.0, ff)[:, :, None, None])
-        else:
-            y = tl.math.div_rn(x, fe)
-        yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
     ay = tl.abs(yy)  # non-finite blocks: anything; their codes are masked below
     u = ay
     if SR:
@@ -452,9 +454,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     sign = xbits & -2147483648                                        # the fp32 sign bit of x
 
     if WANT_CODES:
-        byte = _pack_codes(((sign >> 28) & 8) | idx, finite)          # [BM, NG, 8] uint8
-        cp = codes_ptr + (m[:, None] * (K // 2) + g[None, :] * 8)[:, :, None] + tl.arange(0, 8)[None, None, :]
-        tl.store(cp, byte, mask=mask[:, :, None])
+        b0, b1 = _pack_codes(((sign >> 28) & 8) | idx, finite)        # [BM, NG, 4] uint8 each
+        cp = codes_ptr + (m[:, None] * (K // 2) + g[None, :] * 8)[:, :, None] + tl.arange(0, 4)[None, None, :]
+        tl.store(cp, b0, mask=mask[:, :, None])
+        tl.store(cp + 4, b1, mask=mask[:, :, None])
         if BLOCK_2D:
             sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
             smask = mask & (m % 16 == 0)[:, None]
