@@ -4,9 +4,10 @@ and dequantizes, bit for bit like the PyTorch reference in quant.py (RECIPES.md 
 What one call computes, for a 2-D view [M, K] of the input with K the quantized (reduction) dim:
   1. optional RHT: every 16 consecutive elements x become (x*signs)·(4·H16)·0.25, with the butterfly
      stages h = 1, 2, 4, 8 in that order (rht.py) — done in registers, the rotated tensor is never
-     written;
+     written; the signs are folded into the first stage (one FMA per output) and the 0.25 into the
+     scale (below);
   2. block amax (16 or 32 elements, or a 16x16 tile), the block scale (fp32 | e4m3 two-level | e8m0)
-     and y = x / scale clamped to ±g_max;
+     and y = x / scale clamped to ±g_max (no clamp needed for fp32 scales with RTNE, below);
   3. rounding of |y| to the grid's level index: RTNE, or SR with 16-bit uniforms from Philox seeded per
      call (below);
   4. outputs: packed codes (uint8, element 2i in the low nibble, code = sign<<3 | level index) with the
@@ -24,19 +25,26 @@ quantized-dim elements, and element j + 8*h of a group at [.., j, h]. All 16 ele
 one thread, so the butterfly (tl.split/tl.join on 2-sized axes, tl.permute to bring the next bit last),
 the block amax and the packing are register-only. Rowwise, blocks never cross rows, so the tensor is
 viewed as one long row (M = 1) and a warp's lanes take consecutive groups, each loaded as two 16-byte
-halves; columnwise, a group is 16 row vectors, each contiguous along C, and only the codes are
-transposed (in registers) before they are stored.
+halves of words holding two elements (bf16: int32, fp32: int64; _from_words splits a word with a shift
+and a mask, cheaper than the compiler's conversions); columnwise, a group is 16 row vectors, each
+contiguous along C, and only the codes are transposed (in registers) before they are stored.
 
 Exactness. Every step is the reference's fp32 operation in the same order: IEEE division
 (tl.math.div_rn; plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a
 multiplication by the exact power of two where the reference divides by one. For fp32 scales, x / s
 may instead be computed from RN(1/s) with two FMA corrections (_div_fast), which gives the same bits;
 stochastic rounding takes x · RN(1/s) itself (within an ulp of x / s, far below its 2**-16 steps).
+Three shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]:
+the rotated 4x lacks the butterfly's 0.25, and x / f = (4x) / (4f), x * f = 4x * (f / 4) exactly (the
+block amax takes the 0.25 once: rounding is monotone); _div_fast's operands are in its range; and
+with fp32 scales |x / s| is at most g_max plus a few ulps, which rounds to at most g_max, so RTNE
+needs no clamp. A tile with any f outside (tiny or huge blocks, 1/t overflowed) takes the reference's
+steps, in one branch that replaces y.
 Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
 0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
 and an RNE tie lands on the even multiple, which is the even level index. The bf16 -> fp32 input and
 fp32 -> bf16 output casts are exact/RNE; under Triton's CPU interpreter (whose bf16 casts are broken)
-both are done with integer ops. Stochastic rounding is checked statistically, not bit for bit (Philox
+the output cast is done with integer ops. Stochastic rounding is checked statistically, not bit for bit (Philox
 here, a torch.Generator in the reference).
 
 Stochastic rounding. |y| between the levels lo and lo + sp rounds up iff u * sp < |y| - lo (exact),
