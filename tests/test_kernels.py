@@ -213,6 +213,21 @@ def test_tensor_amax_pass(dtype):
     assert kernels.tensor_amax(x).item() == 0.0 and kernels.tensor_amax(x, rht_signs=SIGNS.to(DEV)).item() == 0.0
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rows_off_a_word_boundary(dtype):
+    """Rows are read as words of two elements: a tensor starting one element past a word boundary (a
+    contiguous view into a larger buffer) is copied first, and gives the reference's bits."""
+    spec = quant.QuantSpec("e2m1", 16, "e4m3", "rtne", True)
+    buf = make_x((1, 1 + 3 * 48), dtype, seed=40).reshape(-1).to(DEV)
+    x = buf[1:].view(3, 48)
+    assert (x.data_ptr() // x.element_size()) % 2 == 1
+    ref = quant.quantize(x.cpu(), spec, -1, signs=SIGNS)
+    codes, scales, t, dq = kernels.quantize(x, **kernel_args(spec, -1, keep_rotated=True))
+    assert_same_bits(codes, ref.codes, "codes")
+    assert_same_bits(scales, ref.scales, "scales")
+    assert_same_bits(dq, ref.dequantize(keep_rotated=True), "dequant")
+
+
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 def test_e1m2_equals_int4_and_fake_quantize_equals_quantize(scale):
     x = make_x((5, 64), torch.bfloat16, seed=9)
