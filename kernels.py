@@ -422,10 +422,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if RHT:
         amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
     f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)  # per group
-    # The fast path needs every f of the tile within [2**-98, 2**123]; else (rare) the tile takes the
-    # reference's steps. There, x * 0.25 (RHT) and 4 * f are exact, so x / f = (4x) / (4f); the
-    # reciprocal and _div_fast are in range; and |x / s| <= g_max + ulps rounds to at most g_max,
-    # so RTNE with fp32 scales needs no clamp (s = amax / g_max is rounded by at most an ulp).
+    # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
     if RHT or SCALE != 2:
         rare = tl.max(((f < 3.1554436208840472e-30) | (f > 1.0633823966279327e37) | (f != f)).to(tl.int32)) > 0
     else:  # e8m0 without RHT: y = x * 2**-e is exact
@@ -443,10 +440,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     else:
         y = tl.math.div_rn(x, fe)
     yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
-    if rare:  # the reference's steps instead. (The fast path is computed outside this branch and only yy
-        # is replaced: a branch computing values from x costs a copy of the whole tile's arithmetic in a
-        # second layout. Where yy is signed, the rare one is too: else the compiler makes |yy| before
-        # the branch, where it cannot fold it into the rounding's addition.)
+    if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
+        # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
+        # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
         xr = x * 0.25 if RHT else x
         fr = f[:, :, None, None]
         yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
@@ -525,7 +521,7 @@ _TILES = {"row": (1, 64, 1), "row_heavy": (1, 128, 4), "row_codes": (1, 64, 1), 
           "col": (128, 2, 4), "col_heavy": (128, 2, 4), "col_codes": (16, 16, 4), "col_codes_heavy": (16, 16, 4),
           "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
-                    "col_codes": (32, 4, 1)}
+                    "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
 _AMAX_TILES = {"flat": (4096, 8), "row": (1, 256, 4), "col": (64, 8, 4)}
@@ -591,9 +587,12 @@ def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
     return (M, kq) if colwise or block_2d else (1, M * kq)
 
 
-def _words(x: torch.Tensor) -> torch.Tensor:
-    """x (bf16 | fp32, contiguous) as words of two elements (int32 | int64), as the rowwise kernels
-    read it; a tensor that starts off a word boundary is copied first."""
+def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool) -> torch.Tensor:
+    """x (bf16 | fp32, contiguous) as _load_tile reads it: rowwise, as words of two elements (int32 |
+    int64; a tensor that starts off a word boundary is copied first); columnwise, as is, or bf16 as
+    its int16 bits in the interpreter (X_BITS: then the kernel gets an int16 tensor)."""
+    if colwise:
+        return x.view(torch.int16) if interpret and x.dtype == torch.bfloat16 else x
     if x.data_ptr() % (2 * x.element_size()):
         x = x.clone()
     return x.view(torch.int32 if x.dtype == torch.bfloat16 else torch.int64)
@@ -623,8 +622,8 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
     else:
         bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
-        xk = _words(x) if not colwise else x.view(torch.int16) if interpret and bf16 else x
-        args = (xk, signs, amax, M, K, bm, ng, colwise, i64, colwise and interpret and bf16)
+        xk = _tile_input(x, colwise, interpret)
+        args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16)
         _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
                 (_amax_rht_kernel, grid, nw, args[3:], xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16), args)
     return amax
@@ -729,7 +728,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
     amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret) \
         if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale
-    xk = x if p.colwise and not p.x_bits else x.view(torch.int16) if p.colwise else _words(x)
+    xk = _tile_input(x, p.colwise, interpret)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
@@ -771,7 +770,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     M, K = _view_mk(numel, kq, colwise, block_2d)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
-    x_bits = interpret and dtype == torch.bfloat16 and colwise  # rows are read as words (_words)
+    x_bits = interpret and dtype == torch.bfloat16 and colwise  # as _tile_input gives x
     constexprs = (bm, ng, block, block_2d, colwise, numel >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
                   sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   fast_div and not interpret and step >= 0.5, want_codes, want_dequant, out_mode, x_bits,
@@ -861,7 +860,7 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
         raise ValueError(f"codes [..., K/2] with K a multiple of block={block} need scales [..., K/{block}]: for "
                          f"codes {shape}, scales {shape[:-1] + (K // block,)}; got scales {scales_shape}")
     uniform, step = _grid_params(levels)
-    _, ng, nw = _tile(False, interpret, block, False, tile or (None if interpret else _TILES["dequantize"]))
+    _, ng, nw = _tile(False, interpret, block, False, tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"])
     N = math.prod(shape) * 2
     mul = step * 2.0**128 if uniform else 2.0**126  # see _dequantize_kernel
     constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], 21 if uniform else 22,

@@ -562,10 +562,11 @@ class QLinear(nn.Linear):
 def _joinable(layers) -> bool:
     """Whether linears that read one input can run as one GEMM over their weights joined along N:
     QLinears of one quantized recipe (so one RHT seed: convert and resample_rht set it per recipe;
-    reading rht_seed here would make compiled graphs guard on it), no role with e4m3 scales (its tensor scale would
-    then span the joined weight, not each), every output width a whole number of blocks (so no block
-    or RHT group of dY or of a weight column spans two layers), and the monitor off (it reports per
-    layer). Then every block of every operand is the one the separate layers quantize."""
+    reading rht_seed here would make compiled graphs guard on it), no role with e4m3 scales (its
+    tensor scale would then span the joined weight, not each), every output width a whole number of
+    blocks (so no block or RHT group of dY or of a weight column spans two layers), and the monitor
+    off (it reports per layer). Then every block of every operand is the one the separate layers
+    quantize."""
     first = layers[0]
     if MONITOR is not None or not all(isinstance(layer, QLinear) for layer in layers):
         return False
