@@ -9,7 +9,8 @@
 #      every step compared, and tokens/s per GPU (median after step 10) at NGPU over 1 GPU;
 #   2. the bf16 NGPU run stops at step 40 with a sharded checkpoint; a copy resumes on 1 GPU and the
 #      run itself on NGPU GPUs: steps 41..STEPS compared (a checkpoint written at N resumes at M);
-#   3. the plain one-GPU trainer (train.parallel=none) for tokens/s without FSDP's hooks;
+#   3. the plain one-GPU trainer (train.parallel=none) for tokens/s without FSDP's hooks (beside part 1
+#      on a third GPU when there is one);
 #   4. moe-small under ufp4 on NGPU GPUs for MOE_STEPS steps: the load statistics (max/mean tokens
 #      per expert, per layer) at the start and the end.
 #   scripts/multigpu_check.sh DATA_DIR OUT_DIR           # NGPU (default 2), STEPS (50), MOE_STEPS (100)
@@ -28,7 +29,14 @@ run() {  # run NPROC GPUS OUT_DIR ARGS...: torchrun on the given GPUs
 all=$(seq -s, 0 $((n - 1)))
 mkdir -p "$out"
 start=$(date +%s)
-run 1 0 bf16-1gpu --data.grad_accum="$n" & run 1 1 ufp4-1gpu --data.grad_accum="$n" --quant.recipe=ufp4 & wait
+plain() {  # the plain one-GPU trainer on GPU $1
+    CUDA_VISIBLE_DEVICES=$1 "$py" train.py configs/dense-1.5b.toml --data.dir="$data" --train.max_steps=30 \
+        --train.compile=false --train.eval_interval=100000 --data.eval_batches=1 --train.ckpt_interval=-1 \
+        --data.grad_accum="$n" --train.parallel=none --log.out_dir="$out/bf16-1gpu-plain" > "$out/bf16-1gpu-plain.out" 2>&1
+}
+run 1 0 bf16-1gpu --data.grad_accum="$n" & run 1 1 ufp4-1gpu --data.grad_accum="$n" --quant.recipe=ufp4 &
+[ "${SKIP_EXTRAS:-0}" = 1 ] || [ "$n" -lt 3 ] || plain 2 &  # a spare GPU: no stage of its own
+wait
 if [ "${SKIP_EXTRAS:-0}" = 1 ]; then
     run "$n" "$all" bf16-${n}gpu
 else
@@ -36,9 +44,7 @@ else
     cp -r "$out/bf16-${n}gpu" "$out/bf16-${n}gpu-resumed-1gpu"
     run "$n" "$all" bf16-${n}gpu --train.ckpt_interval=0
     run 1 0 bf16-${n}gpu-resumed-1gpu --data.grad_accum="$n" --train.ckpt_interval=0 &
-    CUDA_VISIBLE_DEVICES=1 "$py" train.py configs/dense-1.5b.toml --data.dir="$data" --train.max_steps=30 \
-        --train.compile=false --train.eval_interval=100000 --data.eval_batches=1 --train.ckpt_interval=-1 \
-        --data.grad_accum="$n" --train.parallel=none --log.out_dir="$out/bf16-1gpu-plain" > "$out/bf16-1gpu-plain.out" 2>&1 &
+    [ "$n" -ge 3 ] || plain 1 &
     wait
 fi
 run "$n" "$all" ufp4-${n}gpu --quant.recipe=ufp4
