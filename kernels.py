@@ -47,14 +47,17 @@ fp32 -> bf16 output casts are exact/RNE; under Triton's CPU interpreter (whose b
 the output cast is done with integer ops. Stochastic rounding is checked statistically, not bit for bit (Philox
 here, a torch.Generator in the reference).
 
-Stochastic rounding. |y| between the levels lo and lo + sp rounds up iff u * sp < |y| - lo (exact),
-with u = (k + 1/2) * 2**-16 for a random 16-bit k: each 32-bit Philox output gives two, so a group of
-16 takes 2 Philox4x32 calls (Philox is most of SR's cost; 32-bit uniforms took 4). E[u] = 1/2 exactly,
-and for p = (|y| - lo) / sp, P(up) = ceil(2**16 p - 1/2) / 2**16 is within 2**-17 of p: the expected
-rounding error is at most 2**-17 of the level gap for every |y| (and averages to zero over p). 8 random
+Stochastic rounding. |y| between the levels lo and lo + sp rounds to floor(|y| / sp + u) * sp, i.e. up
+iff u >= 1 - p for p = (|y| - lo) / sp, with u = (k + 1/2) * 2**-16 for a random 16-bit k: each 32-bit
+Philox output gives two, so a group of 16 takes 2 Philox4x32 calls (Philox is most of SR's cost; 32-bit
+uniforms took 4). It is computed as RTNE of |y| + (u - 1/2) * sp (_round_to_grid). E[u] = 1/2 exactly,
+and P(up) = ceil(2**16 p - 1/2) / 2**16 is within 2**-17 of p; only a tie (|y| + (u - 1/2) * sp on a
+midpoint between levels, which the sum's one rounding can also make: never cross, as the midpoints
+are floats) goes to the even level, so within 2**-16 for the |y| that have one. The expected rounding
+error is thus at most 2**-16 of the level gap for every |y|, and averages to zero over p. 8 random
 bits per element, as hardware SR instructions draw (Blackwell's cvt.rs), would save one more call per
 group but allow 2**-9 of a gap, and always round |y| less than gap/512 above a level down to it (a
-systematic shrink of small gradients); 16 bits keep that under gap/131072.
+systematic shrink of small gradients); 16 bits keep that under gap/65536.
 
 Non-finite blocks (NaN/Inf inside the block, after RHT) get a NaN scale and level index 0, so they
 dequantize to NaN. The e4m3 tensor amax ignores non-finite elements, as in the reference. It must be
@@ -97,20 +100,27 @@ def _butterfly(v):
 
 
 @triton.jit
-def _rotate(v, signs):
+def _rotate(v, signs, PAIR_MAX: tl.constexpr = False):
     """_butterfly(v * signs) with the signs folded into the first stage: a*sa + b*sb and a*sa - b*sb
-    are one FMA each on t = b*sb (a*sa and t are exact, so each is rounded once, as the sum is)."""
+    are one FMA each on t = b*sb (a*sa and t are exact, so each is rounded once, as the sum is).
+    PAIR_MAX: instead of the last stage's pair (a + b, a - b), max(|a + b|, |a - b|) = |a| + |b|, with
+    the same bits (rounding is monotone and odd), [BM, NG, 2, 2, 2]."""
     BM: tl.constexpr = v.shape[0]
     NG: tl.constexpr = v.shape[1]
     a, b = tl.split(tl.permute(tl.reshape(v, (BM, NG, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
     sa, sb = tl.split(tl.permute(tl.reshape(signs, (1, 1, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
     t = b * sb
     v = tl.join(tl.fma(a, sa, t), tl.fma(a, sa, -t))
-    for _ in tl.static_range(3):
+    for _ in tl.static_range(2):
         v = tl.permute(v, (0, 1, 5, 2, 3, 4))
         a, b = tl.split(v)
         v = tl.join(a + b, a - b)
-    return tl.reshape(v, (BM, NG, 8, 2))
+    a, b = tl.split(tl.permute(v, (0, 1, 5, 2, 3, 4)))
+    if PAIR_MAX:
+        out = tl.abs(a) + tl.abs(b)
+    else:
+        out = tl.reshape(tl.join(a + b, a - b), (BM, NG, 8, 2))
+    return out
 
 
 @triton.jit
@@ -251,33 +261,34 @@ def _block_amax(a, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2
 
 
 @triton.jit
-def _round_to_grid(ay, u, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
-    """0 <= ay <= g_max -> (level index int32, level value fp32), RTNE or SR (uniforms u in [0, 1)).
+def _round_to_grid(ay, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
+    """0 <= ay <= g_max -> (level index int32, level value fp32), RTNE or SR (u1 = 1 + u, u in [0, 1)).
 
     Near ay the levels are spaced sp apart: STEP on uniform grids; on E2M1 0.5 below 2, 1 up to 4,
     then 2. With c = sp * 2**23, the fp32 sum ay + c is ay rounded to a multiple of sp (RNE: a tie goes
     to the even multiple = the even level index), v - c is that level exactly, and bits(v) - bits(c)
-    counts its steps above the first level of the spacing's range."""
+    counts its steps above the first level of the spacing's range. SR rounds ay + (u - 1/2) * sp the
+    same way, i.e. floor(ay / sp + u) * sp: it adds u1 * sp (exact, one FMA) and c - sp / 2 (the float
+    below c), a sum of at least c + sp / 2, so v's spacing is sp and the level is v - (c + sp)."""
     if UNIFORM:
-        cb = CB
         c = STEP * 8388608.0
+        cb = CB
         base = 0
     else:
         cb = tl.maximum(ay.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000) + 0x0B000000
         c = _bits_to_f32(cb)
         base = (cb >> 22) - 298                        # index of level 0, 2 or 4 at spacing .5, 1, 2
-    v = ay + c
-    q = v - c
-    idx = v.to(tl.int32, bitcast=True) - cb + base
-    if SR:  # lower neighbour lo <= ay; up with probability (ay - lo) / sp
-        sp = c * 1.1920928955078125e-07
-        d = ay - q                                     # exact, in [-sp/2, sp/2]
-        below = d < 0
-        lo = tl.where(below, q - sp, q)
-        up = u * sp < tl.where(below, d + sp, d)       # u < (ay - lo) / sp, exactly
-        q = tl.where(up, lo + sp, lo)
-        idx = idx - below.to(tl.int32) + up.to(tl.int32)
-    return idx, q
+    if SR:
+        if UNIFORM:
+            v = tl.fma(u1, STEP, ay) + STEP * 8388607.5
+            c = STEP * 8388609.0
+        else:
+            v = tl.fma(u1, _bits_to_f32(cb - 0x0B800000), ay) + _bits_to_f32(cb - 1)
+            c = _bits_to_f32(cb + 1)
+        cb = cb + 1
+    else:
+        v = ay + c
+    return v.to(tl.int32, bitcast=True) - cb + base, v - c
 
 
 @triton.jit
@@ -333,12 +344,12 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
 def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.constexpr):
     """[BM, NG, 8, 2] uniforms u = (k + 1/2) * 2**-16 for 16-bit random integers k: 2 Philox calls (8
     words of 32 bits, two halves each) per group, with counters unique per group of the [M, K] view.
-    1 + u has 17 fraction bits, so it is built exactly from bits and 1 is subtracted exactly."""
+    Returns 1 + u (17 fraction bits: built exactly from bits), as _round_to_grid takes it."""
     offs = ((m[:, None] * (K // 16) + g[None, :]) * 2)[:, :, None] + tl.arange(0, 2)[None, None, :]
     r0, r1, r2, r3 = tl.randint4x(seed, offs, ROUNDS)                       # uint32, each [BM, NG, 2]
     r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8))
     k = tl.join(r & 0xFFFF, r >> 16)                                        # [BM, NG, 8, 2]
-    return _bits_to_f32((k << 7) | 0x3F800040) - 1.0
+    return _bits_to_f32((k << 7) | 0x3F800040)
 
 
 @triton.jit
@@ -380,19 +391,32 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
                      X_BITS: tl.constexpr):
     """The same after the RHT of every 16-group of the [M, K] view, over tiles [BM, NG*16].
     max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone, and keeps finiteness), so the
-    butterfly's 0.25 is applied once, to the maximum."""
+    butterfly's 0.25 is applied once, to the maximum. The loop takes the float max of |v|, from the
+    last butterfly stage's pairwise maxima (_rotate's PAIR_MAX); it is right unless the program met an Inf (its max is then Inf, or NaN where
+    a max keeps NaN, as the interpreter's does; the GPU's ignores NaN), and then the program reads its
+    tiles again, masking non-finite values."""
     n_g = tl.cdiv(K // 16, NG)
-    i, n_tiles = tl.program_id(0), n_g * tl.cdiv(M, BM)
+    n_tiles = n_g * tl.cdiv(M, BM)
     signs = _signs(signs_ptr)
-    acc = tl.zeros((BM, NG), tl.int32)
+    acc = tl.zeros((BM, NG), tl.float32)
+    i = tl.program_id(0)
     while i < n_tiles:
         m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
-        v = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS), signs)
-        a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        acc = tl.maximum(acc, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
+        v = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS), signs, True)  # |v|, pairwise max
+        acc = tl.maximum(acc, tl.max(tl.max(tl.max(v, axis=4), axis=3), axis=2))
         i += tl.num_programs(0)
-    amax = _bits_to_f32(tl.max(tl.max(acc, axis=1), axis=0)) * 0.25
-    tl.atomic_max(amax_ptr, amax.to(tl.int32, bitcast=True))
+    amax = tl.max(tl.max(acc, axis=1), axis=0)
+    if not (amax < float("inf")):
+        bits = tl.zeros((BM, NG), tl.int32)
+        i = tl.program_id(0)
+        while i < n_tiles:
+            m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
+            v = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS), signs)
+            a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            bits = tl.maximum(bits, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
+            i += tl.num_programs(0)
+        amax = _bits_to_f32(tl.max(tl.max(bits, axis=1), axis=0))
+    tl.atomic_max(amax_ptr, (amax * 0.25).to(tl.int32, bitcast=True))
 
 
 @triton.jit(do_not_specialize=["seed"])

@@ -180,7 +180,7 @@ def test_stochastic_rounding(grid, use_rht):
 @pytest.mark.parametrize("p", [2**-10, 1 / 3, 1 - 2**-10])
 def test_sr_mean_error_within_the_16_bit_bound(p):
     """|y| a fixed fraction p of the way from level 1 to 1.5 (e1m2, scale 1): over many draws the mean
-    error is P(up) - p gaps, within the documented 2**-17 plus 5 sd of the mean. Near a level this is
+    error is P(up) - p gaps, within the documented 2**-17 (no p here makes a tie) plus 5 sd of the mean. Near a level this is
     sharp: with 8 random bits per element, |y| 2**-10 gaps above a level never rounds up (fails)."""
     v = torch.tensor(1.0 + 0.5 * p)
     p = (v.double().item() - 1.0) / 0.5                          # p as represented in fp32
