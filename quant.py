@@ -30,6 +30,7 @@ quantize, dequantize to bf16, multiply with fp32 accumulation. The full contract
 """
 
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -400,13 +401,15 @@ def _n_blocks(count_or_fraction, n: int) -> int:
 MONITOR = None
 
 
-def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=""):
-    """Fake-quantize the two operands of one GEMM. If both are rotated by the same RHT they stay in
-    the rotated basis (the product is unchanged); otherwise each is rotated back."""
+def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", made=(None, None)):
+    """Fake-quantize the two operands of one GEMM (but those `made` already, by a GEMM that shares
+    them). If both are rotated by the same RHT they stay in the rotated basis (the product is
+    unchanged); otherwise each is rotated back."""
     both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
-    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
-    qb = b if spec_b is None else _operand(b, spec_b, dim_b, signs, both)
+    qa = made[0] if made[0] is not None else a if spec_a is None else \
+        fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
+    qb = made[1] if made[1] is not None else b if spec_b is None else _operand(b, spec_b, dim_b, signs, both)
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
             if spec is not None:
@@ -480,36 +483,56 @@ def kept_for_backward(ctx) -> tuple:
     return QTensor(codes, scales, t, *ctx.packed), others
 
 
+def _grouped(parts: tuple, sizes: tuple) -> list:
+    """parts cut into consecutive groups of sizes[g] parts."""
+    return [parts[end - n:end] for n, end in zip(sizes, itertools.accumulate(sizes))]
+
+
+def _joined(parts: tuple) -> torch.Tensor:
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
 class _QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
-    W comes as parts [N_i, K] joined along N here (quant.linears), so that only the parts are kept;
-    X is kept for the backward as is, or (recipe.pack_saved) as its wgrad operand's codes + scales."""
+    W comes as parts [N_i, K] in groups of sizes[g] parts (quant.linears), each group one GEMM over
+    its parts joined along N and one output; all read X, so X is quantized once per role and the
+    groups' dX GEMMs add up. Only the parts are kept, and X as is, or (recipe.pack_saved) as its
+    wgrad operand's codes + scales."""
 
     @staticmethod
-    def forward(ctx, x, bias, recipe, signs, layer, *w_parts):
-        w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]     # [N, K]
+    def forward(ctx, x, bias, recipe, signs, layer, sizes, *w_parts):
         x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
-        qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer)
-        y = qx @ qw.t()                                                 # [M, N]
-        if bias is not None:
-            y = y + bias
+        groups = _grouped(w_parts, sizes)
+        biases = [None] * len(groups) if bias is None else bias.split([sum(p.shape[0] for p in g) for g in groups])
+        qx, ys = None, []
+        for g, b in zip(groups, biases):
+            w = _joined(g)                                              # [N_g, K]
+            qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer,
+                                    made=(qx, None))
+            y = qx @ qw.t()                                             # [M, N_g]
+            ys.append((y if b is None else y + b).reshape(*x.shape[:-1], w.shape[0]))
         keep_for_backward(ctx, x2, recipe, signs, _packs(recipe), *w_parts)
-        ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer = recipe, signs, bias is not None, layer
-        return y.reshape(*x.shape[:-1], w.shape[0])
+        ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer, ctx.sizes = recipe, signs, bias is not None, layer, sizes
+        return tuple(ys) if len(ys) > 1 else ys[0]
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, *dys):
         r, signs = ctx.recipe, ctx.signs
         x2, w_parts = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
-        w = torch.cat(w_parts) if len(w_parts) > 1 else w_parts[0]
-        dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)                  # [M, N]
-        qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
-        dx = qdy @ qw                                                   # [M, K]
-        qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer)
-        dw = qdy.t() @ qx                                               # [N, K]
-        db = dy2.sum(0) if ctx.has_bias else None
-        return (dx.reshape(*dy.shape[:-1], dx.shape[-1]), db, None, None, None,
-                *dw.split([p.shape[0] for p in w_parts]))
+        dx = qx = None
+        dws, dbs = [], []
+        for dy, g in zip(dys, _grouped(tuple(w_parts), ctx.sizes)):
+            w = _joined(g)
+            dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)              # [M, N_g]
+            qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
+            dx = qdy @ qw if dx is None else torch.addmm(dx, qdy, qw)  # [M, K]
+            qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
+                                     made=(None, qx))
+            dws += (qdy.t() @ qx).split([p.shape[0] for p in g])        # [N_i, K] each
+            if ctx.has_bias:
+                dbs.append(dy2.sum(0))
+        db = torch.cat(dbs) if ctx.has_bias else None
+        return (dx.reshape(*dys[0].shape[:-1], dx.shape[-1]), db, None, None, None, None, *dws)
 
 
 def set_rht(module: nn.Module, seed: int):
@@ -521,15 +544,17 @@ def set_rht(module: nn.Module, seed: int):
         module.rht_signs.copy_(rht_lib.random_signs(seed))
 
 
-def _qlinear(x, weights, bias, recipe, signs, layer):
+def _qlinear(x, weights, bias, recipe, signs, layer, sizes=None):
     """x·[weights joined along N]ᵀ + bias through _QLinearFn, in the autocast dtype (autocast itself
-    off inside); weights: one tensor or a tuple of them; signs: the RHT signs (a module's buffer)."""
+    off inside); weights: one tensor or a tuple of them, in GEMM groups of `sizes` (default: one);
+    signs: the RHT signs (a module's buffer)."""
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
     parts = weights if isinstance(weights, tuple) else (weights,)
     with torch.autocast(dev, enabled=False):
         b = None if bias is None else bias.to(dtype)
-        return _QLinearFn.apply(x.to(dtype), b, recipe, signs, layer, *(w.to(dtype) for w in parts))
+        return _QLinearFn.apply(x.to(dtype), b, recipe, signs, layer, sizes or (len(parts),),
+                                *(w.to(dtype) for w in parts))
 
 
 class QLinear(nn.Linear):
@@ -560,13 +585,11 @@ class QLinear(nn.Linear):
 
 
 def _joinable(layers) -> bool:
-    """Whether linears that read one input can run as one GEMM over their weights joined along N:
-    QLinears of one quantized recipe (so one RHT seed: convert and resample_rht set it per recipe;
-    reading rht_seed here would make compiled graphs guard on it), no role with e4m3 scales (its
-    tensor scale would then span the joined weight, not each), every output width a whole number of
-    blocks (so no block or RHT group of dY or of a weight column spans two layers), and the monitor
-    off (it reports per layer). Then every block of every operand is the one the separate layers
-    quantize."""
+    """Whether linears that read one input can share one _QLinearFn: QLinears of one quantized recipe
+    (so one RHT seed: convert and resample_rht set it per recipe; reading rht_seed here would make
+    compiled graphs guard on it), every output width a whole number of blocks (so no block or RHT
+    group of dY or of a weight column spans two layers), and the monitor off (it reports per layer).
+    Then every block of every operand is the one the separate layers quantize."""
     first = layers[0]
     if MONITOR is not None or not all(isinstance(layer, QLinear) for layer in layers):
         return False
@@ -574,21 +597,25 @@ def _joinable(layers) -> bool:
     if not recipe.quantized() or any(m.recipe is not recipe for m in layers):
         return False
     specs = [s for s in recipe.specs().values() if s is not None]
-    return all(s.scale != "e4m3" for s in specs) and \
-        all(m.out_features % max(s.block, 16) == 0 for m in layers for s in specs)
+    return all(m.out_features % max(s.block, 16) == 0 for m in layers for s in specs)
 
 
 def linears(x, *layers):
     """(layer(x) for layer in layers) for linears that read the same x (q, k, v; w1, w3). Quantized
-    ones that can (_joinable) run as one GEMM over their weights joined along N, so x is quantized
-    once per role instead of once per layer and the backward makes one dX GEMM. The blocks are the
-    same as apart; the sums of the dX GEMM and the stochastic-rounding draws are grouped differently."""
+    ones that can (_joinable) share one _QLinearFn: x is quantized once per role instead of once per
+    layer, and the backward makes one dX. Their weights join along N into one GEMM, or, with e4m3
+    scales (a tensor scale per weight and per dY, not one spanning them), make one GEMM each. The
+    blocks are the same as apart; the sums of dX and the stochastic-rounding draws are grouped
+    differently."""
     if len(layers) < 2 or not _joinable(layers):
         return tuple(layer(x) for layer in layers)
     bias = None if all(m.bias is None for m in layers) else torch.cat(
         [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
-    y = _qlinear(x, tuple(m.weight for m in layers), bias, layers[0].recipe, layers[0].rht_signs, "")
-    return y.split([m.out_features for m in layers], dim=-1)
+    recipe = layers[0].recipe
+    apart = any(s is not None and s.scale == "e4m3" for s in recipe.specs().values())
+    ys = _qlinear(x, tuple(m.weight for m in layers), bias, recipe, layers[0].rht_signs, "",
+                  (1,) * len(layers) if apart else (len(layers),))
+    return ys if apart else ys.split([m.out_features for m in layers], dim=-1)
 
 
 def convert(model: nn.Module, recipe) -> nn.Module:

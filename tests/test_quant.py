@@ -1046,21 +1046,25 @@ def test_blocks_compiled_apart_share_one_graph():
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name,joined", [("ufp4", True), ("e2m1", True), ("mxfp4", True), ("nvfp4", False),
-                                         ("ufp4-nv", False), ("bf16", False)])
-def test_linears_of_one_input_join_into_one_gemm(name, joined, monkeypatch):
+@pytest.mark.parametrize("name,gemms", [("ufp4", 1), ("e2m1", 1), ("mxfp4", 1), ("nvfp4", 3), ("ufp4-nv", 3),
+                                        ("bf16", 0)])
+def test_linears_of_one_input_share_x(name, gemms, monkeypatch):
     """quant.linears(x, q, k, v) equals the three layers apart (deterministic rounding: outputs and
-    weight gradients to fp32 rounding; dX is one GEMM instead of a sum of three), and runs as one
-    GEMM exactly when the recipe allows (no e4m3 tensor scale spanning the joined weight)."""
+    weight gradients to fp32 rounding; dX adds up GEMMs in another order), in one _QLinearFn call for
+    every quantized recipe, quantizing x once in the forward: one GEMM over the joined weights, or
+    one per weight with e4m3 scales (a tensor scale per weight, not one spanning the joined weight)."""
     recipe = quant.recipe_from_overrides(name, **({"sr": "none"} if quant.RECIPES[name].quantized() else {}))
     torch.manual_seed(0)
     layers = [quant.QLinear(64, n, bias=False, recipe=recipe) for n in (64, 32, 32)]
-    calls = []
-    apply = quant._QLinearFn.apply
+    calls, quantized = [], []
+    apply, fq = quant._QLinearFn.apply, quant.fake_quantize
     monkeypatch.setattr(quant._QLinearFn, "apply", lambda *a: calls.append(1) or apply(*a))
+    monkeypatch.setattr(quant, "fake_quantize", lambda t, *a, **k: quantized.append(tuple(t.shape)) or fq(t, *a, **k))
     x = torch.randn(2, 16, 64, requires_grad=True)
     ys = quant.linears(x, *layers)
-    assert len(calls) == (1 if joined else (3 if recipe.quantized() else 0))
+    assert len(calls) == (1 if gemms else 0)
+    if gemms:  # the forward's operands: x once, then the weights (joined, or one by one)
+        assert quantized == [(32, 64)] + ([(128, 64)] if gemms == 1 else [(64, 64), (32, 64), (32, 64)])
     g = [torch.randn_like(y) for y in ys]
     dx, *dw = torch.autograd.grad(ys, [x] + [m.weight for m in layers], g)
     x2 = x.detach().clone().requires_grad_()
