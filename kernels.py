@@ -354,17 +354,15 @@ def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.cons
 
 @triton.jit
 def _pack_codes(code, finite):
-    """4-bit codes [BM, NG, 8, 2] (element j + 8h) -> bytes 0-3 and 4-7 of each group, [BM, NG, 4] each
-    (byte i holds elements 2i, 2i + 1 in its low, high nibble); non-finite groups get code 0 (their NaN
-    sign bits would depend on the platform). Each half packs on its own, with no transpose (one costs
-    the compiler a second layout of the whole tile)."""
-    BM: tl.constexpr = code.shape[0]
-    NG: tl.constexpr = code.shape[1]
+    """4-bit codes [BM, NG, 8, 2] (element j + 8h) -> one int64 word per group [BM, NG], element i in
+    bits 4i..4i+3 (little-endian: byte i holds elements 2i, 2i + 1 in its low, high nibble), so a group's
+    8 bytes are one store; non-finite groups get code 0 (their NaN sign bits would depend on the
+    platform). Each half sums its codes shifted into place into a 32-bit word, with no transpose (one
+    costs the compiler a second layout of the whole tile)."""
     code = tl.where(finite[:, :, None, None], code, 0)
-    lo, hi = tl.split(code)                                               # elements 0-7, 8-15
-    e0, o0 = tl.split(tl.reshape(lo, (BM, NG, 4, 2)))
-    e1, o1 = tl.split(tl.reshape(hi, (BM, NG, 4, 2)))
-    return (e0 | (o0 << 4)).to(tl.uint8), (e1 | (o1 << 4)).to(tl.uint8)
+    w = tl.sum(code << (4 * tl.arange(0, 8))[None, None, :, None], axis=2)    # [BM, NG, 2]: halves
+    lo, hi = tl.split(w)
+    return (hi.to(tl.int64) << 32) | (lo.to(tl.int64) & 0xFFFFFFFF)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -482,10 +480,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     sign = xbits & -2147483648                                        # the fp32 sign bit of x
 
     if WANT_CODES:
-        b0, b1 = _pack_codes(((sign >> 28) & 8) | idx, finite)        # [BM, NG, 4] uint8 each
-        cp = codes_ptr + (m[:, None] * (K // 2) + g[None, :] * 8)[:, :, None] + tl.arange(0, 4)[None, None, :]
-        tl.store(cp, b0, mask=mask[:, :, None])
-        tl.store(cp + 4, b1, mask=mask[:, :, None])
+        words = _pack_codes(((sign >> 28) & 8) | idx, finite)        # [BM, NG] int64: a group's bytes
+        tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
         if BLOCK_2D:
             sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
             smask = mask & (m % 16 == 0)[:, None]
@@ -754,7 +750,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale
     xk = _tile_input(x, p.colwise, interpret)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
-            codes if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
+            codes.view(torch.int64) if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
             seed_t is not None) + p.constexprs
     aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
