@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands of the 3 device calls that made this folder's files (2026-11-30), run from the repo root
+# The commands of the 4 device calls that made this folder's files (2026-11-30), run from the repo root
 # at the commit named (a clean `git archive` of it); `py` = python3 on the device.
 py=${PYTHON:-python3}; out=${OUT:-runs/h200_f}; mkdir -p "$out"
 
@@ -17,3 +17,8 @@ $py bench/train_bench.py --compile blocks --steps 8 --recipes bf16,ufp4-nv --out
 $py bench/train_bench.py --compile blocks --steps 8 --out $out/dense.json
 $py bench/train_bench.py --compile blocks --steps 8 --recipes bf16,ufp4-nv,nvfp4 --out $out/dense_repeat.json
 timeout 100 $py -m pytest -q tests/test_kernels.py -k "qlinear or pack_saved"
+
+# 4 (at 6781531): call4_*
+$py bench/kernels_bench.py --out $out/kernels.json
+$py bench/train_bench.py --compile blocks --steps 8 --out $out/dense.json
+timeout 45 $py -m pytest -q tests/test_kernels.py -k "pack_saved or dequantize"
