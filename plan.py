@@ -99,7 +99,8 @@ def shard_numel(p, n: int) -> int:
 
 
 def joined(block) -> tuple:
-    """Whether quant.linears runs (wq, wk, wv) and the MLP's or shared experts' (w1, w3) as one GEMM."""
+    """Whether quant.linears runs (wq, wk, wv) and the MLP's or shared experts' (w1, w3) as one quantized
+    linear (one kept copy of their input)."""
     mlp = block.ffn.shared if isinstance(block.ffn, moe.MoE) else block.ffn
     return (quant._joinable([block.attn.wq, block.attn.wk, block.attn.wv]),
             mlp is not None and quant._joinable([mlp.w1, mlp.w3]))
@@ -117,7 +118,7 @@ def packed_bytes(recipe, experts: bool = False) -> float:
 def block_activations(mcfg, ffn, T: int, a: int, r: int = 4, joins: tuple = (False, False),
                       packed: float = 0.0, packed_experts: float = 0.0) -> dict:
     """Bytes autograd keeps for one block's backward (module docstring); a = activation bytes;
-    joins = joined(block): linears of one input that run as one GEMM keep one cast of it; packed =
+    joins = joined(block): linears of one input that run as one quantized linear keep one cast of it; packed =
     packed_bytes(recipe): the quantized linears keep their input as that many bytes per element
     (the casts and w2's input are then freed; wo's input stays, kept by the attention);
     packed_experts = packed_bytes(recipe, experts=True), the same for the routed experts."""
