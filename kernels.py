@@ -390,9 +390,10 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
     """The same after the RHT of every 16-group of the [M, K] view, over tiles [BM, NG*16].
     max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone, and keeps finiteness), so the
     butterfly's 0.25 is applied once, to the maximum. The loop takes the float max of |v|, from the
-    last butterfly stage's pairwise maxima (_rotate's PAIR_MAX); it is right unless the program met an Inf (its max is then Inf, or NaN where
-    a max keeps NaN, as the interpreter's does; the GPU's ignores NaN), and then the program reads its
-    tiles again, masking non-finite values."""
+    last butterfly stage's pairwise maxima (_rotate's PAIR_MAX). That is right unless the program met
+    an Inf (its max is then Inf, or NaN where a max keeps NaN, as the interpreter's does; the GPU's
+    ignores NaN, as the reference does), and then the program reads its tiles again, masking
+    non-finite values."""
     n_g = tl.cdiv(K // 16, NG)
     n_tiles = n_g * tl.cdiv(M, BM)
     signs = _signs(signs_ptr)

@@ -1046,16 +1046,17 @@ def test_blocks_compiled_apart_share_one_graph():
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name,gemms", [("ufp4", 1), ("e2m1", 1), ("mxfp4", 1), ("nvfp4", 3), ("ufp4-nv", 3),
-                                        ("bf16", 0)])
-def test_linears_of_one_input_share_x(name, gemms, monkeypatch):
+@pytest.mark.parametrize("name,gemms,bias", [("ufp4", 1, False), ("e2m1", 1, False), ("mxfp4", 1, False),
+                                             ("nvfp4", 3, False), ("ufp4-nv", 3, False), ("bf16", 0, False),
+                                             ("ufp4", 1, True), ("ufp4-nv", 3, True)])
+def test_linears_of_one_input_share_x(name, gemms, bias, monkeypatch):
     """quant.linears(x, q, k, v) equals the three layers apart (deterministic rounding: outputs and
     weight gradients to fp32 rounding; dX adds up GEMMs in another order), in one _QLinearFn call for
     every quantized recipe, quantizing x once in the forward: one GEMM over the joined weights, or
     one per weight with e4m3 scales (a tensor scale per weight, not one spanning the joined weight)."""
     recipe = quant.recipe_from_overrides(name, **({"sr": "none"} if quant.RECIPES[name].quantized() else {}))
     torch.manual_seed(0)
-    layers = [quant.QLinear(64, n, bias=False, recipe=recipe) for n in (64, 32, 32)]
+    layers = [quant.QLinear(64, n, bias=bias, recipe=recipe) for n in (64, 32, 32)]
     calls, quantized = [], []
     apply, fq = quant._QLinearFn.apply, quant.fake_quantize
     monkeypatch.setattr(quant._QLinearFn, "apply", lambda *a: calls.append(1) or apply(*a))
@@ -1066,10 +1067,11 @@ def test_linears_of_one_input_share_x(name, gemms, monkeypatch):
     if gemms:  # the forward's operands: x once, then the weights (joined, or one by one)
         assert quantized == [(32, 64)] + ([(128, 64)] if gemms == 1 else [(64, 64), (32, 64), (32, 64)])
     g = [torch.randn_like(y) for y in ys]
-    dx, *dw = torch.autograd.grad(ys, [x] + [m.weight for m in layers], g)
+    params = [m.weight for m in layers] + ([m.bias for m in layers] if bias else [])
+    dx, *dw = torch.autograd.grad(ys, [x] + params, g)
     x2 = x.detach().clone().requires_grad_()
     ys2 = [m(x2) for m in layers]
-    dx2, *dw2 = torch.autograd.grad(ys2, [x2] + [m.weight for m in layers], g)
+    dx2, *dw2 = torch.autograd.grad(ys2, [x2] + params, g)
     for a, b in zip(list(ys) + dw + [dx], ys2 + dw2 + [dx2]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
