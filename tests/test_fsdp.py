@@ -243,15 +243,16 @@ def saved_by_autograd(model, x, bf16):
 
 
 @pytest.mark.parametrize('pack', [False, True])
-@pytest.mark.parametrize('preset,bf16', [('tiny', False), ('tiny', True), ('moe-tiny', False), ('moe-tiny', True)])
-def test_plan_activations_match_autograd(preset, bf16, pack):
+@pytest.mark.parametrize('preset,bf16,name', [('tiny', False, 'ufp4'), ('tiny', True, 'ufp4'), ('moe-tiny', False, 'ufp4'),
+                                              ('moe-tiny', True, 'ufp4'), ('tiny', True, 'ufp4-nv')])
+def test_plan_activations_match_autograd(preset, bf16, name, pack):
     """plan.py's per-block formulas against what autograd really keeps, under FSDP2 in one process
     (fp32, and bf16 autocast with bf16 gathered weights). The CPU's RMSNorm also keeps the
     normalized input (4TD per norm; the fused CUDA kernel does not): added here."""
     dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
     try:
         cfg = train.Config()
-        cfg.model.preset, cfg.quant.recipe = preset, 'ufp4'
+        cfg.model.preset, cfg.quant.recipe = preset, name
         cfg.quant.overrides = {'pack_saved': str(pack).lower()}
         cfg.model.overrides = dict(vocab_size=VOCAB, seq_len=32, n_layer=3, d_model=128, n_head=8, n_kv_head=2)
         mcfg, recipe = train.resolve(cfg)
