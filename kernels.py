@@ -384,37 +384,41 @@ def _amax_kernel(x_ptr, amax_ptr, N, BLOCK: tl.constexpr, MASK: tl.constexpr, IN
 
 
 @triton.jit
-def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
-                     BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
-                     X_BITS: tl.constexpr):
-    """The same after the RHT of every 16-group of the [M, K] view, over tiles [BM, NG*16].
-    max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone, and keeps finiteness), so the
-    butterfly's 0.25 is applied once, to the maximum. The loop takes the float max of |v|, from the
-    last butterfly stage's pairwise maxima (_rotate's PAIR_MAX). That is right unless the program met
-    an Inf (its max is then Inf, or NaN where a max keeps NaN, as the interpreter's does; the GPU's
-    ignores NaN, as the reference does), and then the program reads its tiles again, masking
-    non-finite values."""
+def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
+              X_BITS: tl.constexpr, EXACT: tl.constexpr):
+    """max |v| over this program's tiles of the rotated [M, K] view (tile p, p + P, ...). EXACT: over the
+    finite values, by their bits. Else the float max of the last butterfly stage's pairwise maxima
+    (_rotate's PAIR_MAX): the same unless the program met an Inf (then Inf, or NaN where a max keeps
+    NaN, as the interpreter's does; the GPU's ignores NaN, as the reference does)."""
     n_g = tl.cdiv(K // 16, NG)
     n_tiles = n_g * tl.cdiv(M, BM)
-    signs = _signs(signs_ptr)
-    acc = tl.zeros((BM, NG), tl.float32)
+    acc = tl.zeros((BM, NG), tl.int32 if EXACT else tl.float32)
     i = tl.program_id(0)
     while i < n_tiles:
         m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
-        v = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS), signs, True)  # |v|, pairwise max
-        acc = tl.maximum(acc, tl.max(tl.max(tl.max(v, axis=4), axis=3), axis=2))
+        x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)
+        if EXACT:
+            a = _rotate(x, signs).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            acc = tl.maximum(acc, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
+        else:
+            acc = tl.maximum(acc, tl.max(tl.max(tl.max(_rotate(x, signs, True), axis=4), axis=3), axis=2))
         i += tl.num_programs(0)
     amax = tl.max(tl.max(acc, axis=1), axis=0)
+    return _bits_to_f32(amax) if EXACT else amax
+
+
+@triton.jit
+def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
+                     BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
+                     X_BITS: tl.constexpr):
+    """The same after the RHT of every 16-group of the [M, K] view, over tiles [BM, NG*16]: the fast
+    max of _rht_amax, and its exact one where the program met an Inf (reading its tiles again).
+    max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone, and keeps finiteness), so the
+    butterfly's 0.25 is applied once, to the maximum."""
+    signs = _signs(signs_ptr)
+    amax = _rht_amax(x_ptr, signs, M, K, BM, NG, COLWISE, I64, X_BITS, False)
     if not (amax < float("inf")):
-        bits = tl.zeros((BM, NG), tl.int32)
-        i = tl.program_id(0)
-        while i < n_tiles:
-            m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
-            v = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS), signs)
-            a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-            bits = tl.maximum(bits, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
-            i += tl.num_programs(0)
-        amax = _bits_to_f32(tl.max(tl.max(bits, axis=1), axis=0))
+        amax = _rht_amax(x_ptr, signs, M, K, BM, NG, COLWISE, I64, X_BITS, True)
     tl.atomic_max(amax_ptr, (amax * 0.25).to(tl.int32, bitcast=True))
 
 

@@ -148,7 +148,7 @@ def _quantize_groups(q, t_M, dim, offs_E):
 
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, offs_E):
     """quant._gemm_operands for grouped GEMMs: the same keep_rotated rule."""
-    both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
+    both = quant._rotated(spec_a, spec_b)
     return [t if s is None else quant._dequantize(t, both) if isinstance(t, quant.QTensor)
             else _fake_quantize(t, s, d, signs, both, offs_E) for t, s, d in ((a, spec_a, dim_a), (b, spec_b, dim_b))]
 

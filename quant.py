@@ -401,11 +401,16 @@ def _n_blocks(count_or_fraction, n: int) -> int:
 MONITOR = None
 
 
+def _rotated(spec_a, spec_b) -> bool:
+    """Both operands of a GEMM are rotated by the same RHT: they stay in the rotated basis."""
+    return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
+
+
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", made=(None, None)):
     """Fake-quantize the two operands of one GEMM (but those `made` already, by a GEMM that shares
     them). If both are rotated by the same RHT they stay in the rotated basis (the product is
     unchanged); otherwise each is rotated back."""
-    both = spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
+    both = _rotated(spec_a, spec_b)
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
     qa = made[0] if made[0] is not None else a if spec_a is None else \
         fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
