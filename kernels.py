@@ -159,7 +159,9 @@ def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWIS
     mask = (m < M)[:, None] & (g < K // 16)[None, :]
     mm = m.to(tl.int64) if I64 else m
     gg = g.to(tl.int64) if I64 else g
-    if COLWISE:  # element (m, k) of the [M, K] view is x[k, m] of the [K, M] input
+    if COLWISE:  # element (m, k) of the [M, K] view is x[k, m] of the [K, M] input. M, the input's
+        # row length, is a compile-time constant here (COLS): the offsets k * M of a group's 16 rows
+        # are then immediates of the loads and stores (one compile per width; a model has a few)
         base = mm[:, None] + (gg * 16 * M)[None, :]
     else:
         base = mm[:, None] * K + gg[None, :] * 16
@@ -249,20 +251,32 @@ def _pow2(p):
 
 
 @triton.jit
-def _block_amax(a, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr):
-    """Per-group max |x| bits [BM, NG] -> the max of the group's block (or 16x16 tile), per group."""
+def _max_nan(a, b):
+    """max(a, b), NaN if either is NaN (tl.maximum's default drops a NaN)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _block_amax(x, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr):
+    """Tile [BM, NG, 8, 2] -> the max |x| of each group's block (or 16x16 tile), per group [BM, NG]:
+    NaN if the block holds a NaN, else exact (float max, the |.| free in each max instruction: the
+    integer max of the bits costs twice as much, on the slower integer pipe)."""
+    lo, hi = tl.split(tl.abs(x))
+    v = _split8(_max_nan(lo, hi))
+    a = _max_nan(_max_nan(_max_nan(v[0], v[1]), _max_nan(v[2], v[3])),
+                 _max_nan(_max_nan(v[4], v[5]), _max_nan(v[6], v[7])))
     if BLOCK_2D:
-        t = tl.max(tl.reshape(a, (BM // 16, 16, NG)), axis=1)
+        t = tl.reduce(tl.reshape(a, (BM // 16, 16, NG)), 1, _max_nan)
         a = tl.reshape(tl.broadcast_to(t[:, None, :], (BM // 16, 16, NG)), (BM, NG))
     elif QB == 32:
-        t = tl.max(tl.reshape(a, (BM, NG // 2, 2)), axis=2)
+        t = tl.reduce(tl.reshape(a, (BM, NG // 2, 2)), 2, _max_nan)
         a = tl.reshape(tl.broadcast_to(t[:, :, None], (BM, NG // 2, 2)), (BM, NG))
     return a
 
 
 @triton.jit
-def _round_to_grid(ay, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
-    """0 <= ay <= g_max -> (level index int32, level value fp32), RTNE or SR (u1 = 1 + u, u in [0, 1)).
+def _round_to_grid(y, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
+    """|y| = ay <= g_max -> (level index int32, level value fp32), RTNE or SR (u1 = 1 + u, u in [0, 1)).
 
     Near ay the levels are spaced sp apart: STEP on uniform grids; on E2M1 0.5 below 2, 1 up to 4,
     then 2. With c = sp * 2**23, the fp32 sum ay + c is ay rounded to a multiple of sp (RNE: a tie goes
@@ -270,12 +284,13 @@ def _round_to_grid(ay, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.con
     counts its steps above the first level of the spacing's range. SR rounds ay + (u - 1/2) * sp the
     same way, i.e. floor(ay / sp + u) * sp: it adds u1 * sp (exact, one FMA) and c - sp / 2 (the float
     below c), a sum of at least c + sp / 2, so v's spacing is sp and the level is v - (c + sp)."""
+    ay = tl.abs(y)  # (taken inside the additions below; the exponent is read from y's bits)
     if UNIFORM:
         c = STEP * 8388608.0
         cb = CB
         base = 0
     else:
-        cb = tl.maximum(ay.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000) + 0x0B000000
+        cb = tl.maximum(y.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000) + 0x0B000000
         c = _bits_to_f32(cb)
         base = (cb >> 22) - 298                        # index of level 0, 2 or 4 at spacing .5, 1, 2
     if SR:
@@ -353,16 +368,28 @@ def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.cons
 
 
 @triton.jit
-def _pack_codes(code, finite):
-    """4-bit codes [BM, NG, 8, 2] (element j + 8h) -> one int64 word per group [BM, NG], element i in
-    bits 4i..4i+3 (little-endian: byte i holds elements 2i, 2i + 1 in its low, high nibble), so a group's
-    8 bytes are one store; non-finite groups get code 0 (their NaN sign bits would depend on the
-    platform). Each half sums its codes shifted into place into a 32-bit word, with no transpose (one
-    costs the compiler a second layout of the whole tile)."""
-    code = tl.where(finite[:, :, None, None], code, 0)
-    w = tl.sum(code << (4 * tl.arange(0, 8))[None, None, :, None], axis=2)    # [BM, NG, 2]: halves
-    lo, hi = tl.split(w)
-    return (hi.to(tl.int64) << 32) | (lo.to(tl.int64) & 0xFFFFFFFF)
+def _pack_codes(idx, xbits, finite):
+    """Level indices [BM, NG, 8, 2] (element j + 8h) and the fp32 bits of x (their signs) -> 4-bit codes
+    sign<<3 | index packed in one int64 word per group [BM, NG], element i in bits 4i..4i+3
+    (little-endian: byte i holds elements 2i, 2i + 1 in its low, high nibble), so a group's 8 bytes are
+    one store; non-finite groups get code 0 (their indices are anything). Each half builds its 32-bit
+    word from element 7 down, one instruction per element for each of two words: the indices by
+    w * 16 + idx, the signs by a funnel shift taking x's top 4 bits (s << 4 | bits >> 28, kept to the
+    sign bits by one final mask)."""
+    i_lo, i_hi = tl.split(idx)
+    s_lo, s_hi = tl.split(xbits.to(tl.uint32, bitcast=True))
+    words = ()
+    for half in tl.static_range(2):
+        i = _split8(i_hi if half else i_lo)
+        b = _split8(s_hi if half else s_lo)
+        w = i[7]
+        s = b[7] >> 28
+        for k in tl.static_range(6, -1, -1):
+            w = w * 16 + i[k]
+            s = (s << 4) | (b[k] >> 28)
+        words = words + ((s & 0x88888888).to(tl.int32, bitcast=True) | w,)
+    w = (words[1].to(tl.int64) << 32) | (words[0].to(tl.int64) & 0xFFFFFFFF)
+    return tl.where(finite, w, 0)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -410,11 +437,13 @@ def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: t
 @triton.jit
 def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
                      BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
-                     X_BITS: tl.constexpr):
+                     X_BITS: tl.constexpr, COLS: tl.constexpr):
     """The same after the RHT of every 16-group of the [M, K] view, over tiles [BM, NG*16]: the fast
     max of _rht_amax, and its exact one where the program met an Inf (reading its tiles again).
     max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone, and keeps finiteness), so the
     butterfly's 0.25 is applied once, to the maximum."""
+    if COLWISE:
+        M = COLS
     signs = _signs(signs_ptr)
     amax = _rht_amax(x_ptr, signs, M, K, BM, NG, COLWISE, I64, X_BITS, False)
     if not (amax < float("inf")):
@@ -432,20 +461,22 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr):
+                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
-    SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device)."""
+    SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
+    COLWISE (_tile_offsets), else 0."""
     pid_g = tl.program_id(0)
     pid_m = tl.program_id(1)
+    if COLWISE:
+        M = COLS
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
     x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
     if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
         x = _rotate(x, _signs(signs_ptr))
     xbits = x.to(tl.int32, bitcast=True)
-    a = tl.max(tl.max(x.to(tl.uint32, bitcast=True) << 1, axis=3), axis=2)  # bits of |x| << 1
-    a = _block_amax((a >> 1).to(tl.int32, bitcast=True), BM, NG, QB, BLOCK_2D)  # [BM, NG]
-    finite = a < 0x7F800000
-    amax = _bits_to_f32(tl.where(finite, a, 0))
+    a = _block_amax(x, BM, NG, QB, BLOCK_2D)                          # [BM, NG]
+    finite = a < float("inf")                                         # False for NaN
+    amax = tl.where(finite, a, 0.0)
     if RHT:
         amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
     f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)  # per group
@@ -475,17 +506,15 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
         yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
         yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-    ay = tl.abs(yy)  # non-finite blocks: anything; their codes are masked below
-    u = ay
+    u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
         if SEED_PTR:
             seed = tl.load(seed_ptr)
         u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
-    idx, q = _round_to_grid(ay, u, UNIFORM, STEP, CB, SR)
-    sign = xbits & -2147483648                                        # the fp32 sign bit of x
+    idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR)
 
     if WANT_CODES:
-        words = _pack_codes(((sign >> 28) & 8) | idx, finite)        # [BM, NG] int64: a group's bytes
+        words = _pack_codes(idx, xbits, finite)                      # [BM, NG] int64: a group's bytes
         tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
         if BLOCK_2D:
             sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
@@ -497,7 +526,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if pid_m == 0 and pid_g == 0:
         tl.store(tscale_ptr, t)
     if WANT_DEQUANT:
-        qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | sign)       # ±level (-0.0 kept)
+        qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | (xbits & -2147483648))  # ±level (-0.0 kept)
         _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, M, COLWISE, RHT,
                        KEEP_ROTATED, OUT_MODE)
 
@@ -648,7 +677,7 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         xk = _tile_input(x, colwise, interpret)
-        args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16)
+        args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
         _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
                 (_amax_rht_kernel, grid, nw, args[3:], xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16), args)
     return amax
@@ -799,7 +828,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     constexprs = (bm, ng, block, block_2d, colwise, numel >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
                   sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   fast_div and not interpret and step >= 0.5, want_codes, want_dequant, out_mode, x_bits,
-                  PHILOX_ROUNDS)
+                  PHILOX_ROUNDS, M if colwise else 0)
     return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
