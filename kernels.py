@@ -76,6 +76,7 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import libdevice
 
 SCALE_MODES = {"fp32": 0, "e4m3": 1, "e8m0": 2}
 E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -326,25 +327,32 @@ def _bf16_rne(f):
 
 
 @triton.jit
-def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr):
+def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
+                 RG: tl.constexpr = 0.0):
     """Block amax [BM, NG] (0 for non-finite blocks) -> (f, deq, stored, t): y = x / f (fp32 scales) or
     y = x * f (e4m3, e8m0); dequant = q * deq (NaN for non-finite blocks); the scale as stored; the
-    tensor scale t."""
+    tensor scale t. RG = RN(1 / g): amax / g (and e4m3's / t) by _div_fast, exact for amax >= 2**-100
+    (or 0), s finite and t in [2**-100, 2**125] (else the caller computes it again: fp32 scales then
+    have an f out of the kernel's fast range, e4m3 scales are checked for both)."""
     t = tl.full((), 1.0, tl.float32)
     if SCALE == 0:    # fp32: s = amax / g; an all-zero block divides by 1 (y = 0)
-        s = tl.math.div_rn(amax, G)
+        s = _div_fast(amax, G, RG) if RG != 0.0 else tl.math.div_rn(amax, G)
         f = tl.where(finite & (s > 0), s, 1.0)
         deq = tl.where(finite, s, float("nan"))
         stored = deq
     elif SCALE == 1:  # e4m3: t = amax_T / (448 g); sb = e4m3(clamp((amax / g) / t)); f = (1 / t) / sb
         amax_t = _bits_to_f32(tl.load(amax_ptr))
         t = tl.where(amax_t > 0, tl.math.div_rn(amax_t, 448.0 * G), 1.0)
-        v = tl.math.div_rn(tl.math.div_rn(amax, G), t)
+        it = tl.math.div_rn(1.0, t)
+        if RG != 0.0:  # exact while amax >= 2**-100 (or 0) and t in the fast range
+            v = _div_fast(_div_fast(amax, G, RG), t, it)
+        else:
+            v = tl.math.div_rn(tl.math.div_rn(amax, G), t)
         v = tl.where(v != v, v, tl.minimum(tl.maximum(v, 0.015625), 448.0))
         vb = v.to(tl.int32, bitcast=True)
         vb = (vb + 0x7FFFF + ((vb >> 20) & 1)) & -1048576           # RNE to 3 mantissa bits
         sb = _bits_to_f32(vb)
-        f = tl.math.div_rn(tl.math.div_rn(1.0, t), sb)
+        f = tl.math.div_rn(it, sb)
         deq = tl.where(finite, t * sb, float("nan"))
         stored = tl.where(finite & (v == v), (((vb >> 23) - 120) << 3) | ((vb >> 20) & 7), 0x7F)
     else:             # e8m0: s = 2**e, e = E(amax) - floor(log2 g); f = 2**-max(e, -126)
@@ -461,10 +469,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr):
+                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
-    COLWISE (_tile_offsets), else 0."""
+    COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0."""
     pid_g = tl.program_id(0)
     pid_m = tl.program_id(1)
     if COLWISE:
@@ -479,10 +487,14 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     amax = tl.where(finite, a, 0.0)
     if RHT:
         amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
-    f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)  # per group
+    f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG)  # per group
     # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
     if RHT or SCALE != 2:
-        rare = tl.max(((f < 3.1554436208840472e-30) | (f > 1.0633823966279327e37) | (f != f)).to(tl.int32)) > 0
+        bad = (f < 3.1554436208840472e-30) | (f > 1.0633823966279327e37) | (f != f)
+        if RG != 0.0 and SCALE == 1:  # _block_scale's fast range
+            bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | (t < 3.1554436208840472e-30) | \
+                (t > 1.0633823966279327e37)
+        rare = tl.max(bad.to(tl.int32)) > 0
     else:  # e8m0 without RHT: y = x * 2**-e is exact
         rare = False
     ff = f
@@ -492,15 +504,17 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if SCALE != 0:
         y = x * fe
     elif SR and FAST_DIV:  # within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
-        y = x * tl.math.div_rn(1.0, ff)[:, :, None, None]
+        y = x * libdevice.rcp_rn(ff)[:, :, None, None]
     elif FAST_DIV:
-        y = _div_fast(x, fe, tl.math.div_rn(1.0, ff)[:, :, None, None])
+        y = _div_fast(x, fe, libdevice.rcp_rn(ff)[:, :, None, None])
     else:
         y = tl.math.div_rn(x, fe)
     yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
     if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
         # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
         # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
+        if RG != 0.0:  # the fast s = amax / g may be off here
+            f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
         xr = x * 0.25 if RHT else x
         fr = f[:, :, None, None]
         yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
@@ -601,6 +615,13 @@ def _grid_params(levels) -> tuple:
         return False, 0.5
     raise ValueError(f"the kernels round to uniform grids with a power-of-two step (e1m2, int4) or to a "
                      f"prefix of E2M1 {E2M1_LEVELS}; got levels {lv}. Use the PyTorch reference (quant.py).")
+
+
+def _recip_f32(g: float) -> float:
+    """RN(1 / g) in fp32. Rounding the double 1 / g again is exact here: g = k * 2**j with k <= 7 on
+    every grid _grid_params takes, and 1 / k repeats a period of at most 3 bits, so the double is never
+    a tie between two floats."""
+    return struct.unpack("<f", struct.pack("<f", 1.0 / g))[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -825,10 +846,11 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     x_bits = interpret and dtype == torch.bfloat16 and colwise  # as _tile_input gives x
+    fast = fast_div and not interpret and step >= 0.5
     constexprs = (bm, ng, block, block_2d, colwise, numel >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
                   sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
-                  fast_div and not interpret and step >= 0.5, want_codes, want_dequant, out_mode, x_bits,
-                  PHILOX_ROUNDS, M if colwise else 0)
+                  fast, want_codes, want_dequant, out_mode, x_bits,
+                  PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0)
     return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))

@@ -123,6 +123,25 @@ def test_nonfinite_blocks_dequantize_to_nan(scale, use_rht):
     assert ((codes.cpu() & 0x77)[byte_bad] == 0).all()
 
 
+@pytest.mark.parametrize("scale", ["fp32", "e4m3"])
+@pytest.mark.parametrize("magnitude", [1e-36, 1e-28, 1e30, 3e37])
+def test_whole_tensor_far_from_one_is_bit_identical(scale, magnitude):
+    """Tensors whose every block scale (and e4m3's tensor scale) lies outside or at the edge of the
+    kernels' fast division range [2**-98, 2**123] take the reference's steps, with the same bits."""
+    g = torch.Generator().manual_seed(11)
+    x = (torch.randn(32, 48, generator=g) * magnitude).clamp(-3e38, 3e38)
+    x[1, :16] *= 100.0
+    for use_rht in (False, True):
+        spec = quant.QuantSpec("e1m2" if scale == "fp32" else "e2m1", 16, scale, rht=use_rht)
+        for dim in (-1, 0):
+            ref = quant.quantize(x, spec, dim, signs=SIGNS)
+            codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, dim, keep_rotated=True))
+            what = f"{spec} dim={dim} x~{magnitude}"
+            assert_same_bits(codes, ref.codes, what + " codes")
+            assert_same_bits(scales, ref.scales, what + " scales")
+            assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
+
+
 @pytest.mark.parametrize("dim", [-1, 0])
 def test_e4m3_scale_ties_round_to_even(dim):
     """amax_T = 448 * 6 makes t = 1, so block scales amax / 6 of 1 + 1/16 and 1.3125 are exact ties
