@@ -34,11 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
 BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
-ROW_TILES = [(1, 32, 1), (1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 4), (1, 512, 8),
-             (1, 1024, 8)]
-COL_TILES = [(64, 4, 4), (128, 4, 8), (64, 8, 8), (32, 8, 4), (128, 2, 4), (256, 2, 8), (256, 4, 8),
-             (128, 8, 8), (16, 16, 4), (32, 16, 4), (16, 32, 4), (64, 8, 4),
-             (32, 2, 1), (16, 4, 1), (32, 4, 2), (16, 8, 2)]  # 1 warp: no block-wide barriers
+ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4)]  # (BM, NG, num_warps)
+COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (32, 2, 1), (16, 4, 1), (32, 4, 2)]  # 1 warp: no barriers
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
