@@ -585,8 +585,8 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no dequantized output;
 # "_heavy": with RHT or SR, the kernels that need the most registers
-_TILES = {"row": (1, 64, 1), "row_heavy": (1, 128, 4), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
-          "col": (128, 2, 4), "col_heavy": (128, 2, 4), "col_codes": (64, 4, 4), "col_codes_heavy": (64, 4, 4),
+_TILES = {"row": (1, 64, 2), "row_heavy": (1, 128, 4), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
+          "col": (128, 2, 4), "col_heavy": (128, 2, 4), "col_codes": (64, 8, 4), "col_codes_heavy": (64, 4, 4),
           "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
                     "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
