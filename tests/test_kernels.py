@@ -78,7 +78,8 @@ def assert_same_bits(got, want, what):
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 @pytest.mark.parametrize("grid,max_level", GRIDS)
 def test_bit_identical_to_reference(grid, max_level, scale):
-    """Codes, scales, tensor scale and dequant (kept rotated and rotated back) equal the reference."""
+    """Codes, scales, tensor scale and dequant (kept rotated and rotated back) equal the reference, and
+    so do the codes and scales of the kernel without the dequant output."""
     case = 0
     for block, block_2d, use_rht in BLOCKS:
         spec = quant.QuantSpec(grid, block, scale, "rtne", use_rht, block_2d, max_level)
@@ -95,6 +96,9 @@ def test_bit_identical_to_reference(grid, max_level, scale):
             assert_same_bits(scales, ref.scales, what + " scales")
             assert_same_bits(t, ref.tensor_scale, what + " tensor scale")
             assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
+            codes, scales, _, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, dim, want_dequant=False))
+            assert_same_bits(codes, ref.codes, what + " codes without dequant")
+            assert_same_bits(scales, ref.scales, what + " scales without dequant")
             if use_rht:  # rotated back, fp32 output
                 dq = kernels.fake_quantize(x.to(DEV), **kernel_args(spec, dim, out_dtype=torch.float32))
                 assert_same_bits(dq, ref.dequantize(torch.float32), what + " dequant rotated back")
