@@ -34,12 +34,14 @@ Exactness. Every step is the reference's fp32 operation in the same order: IEEE 
 multiplication by the exact power of two where the reference divides by one. For fp32 scales, x / s
 may instead be computed from RN(1/s) with two FMA corrections (_div_fast), which gives the same bits;
 stochastic rounding takes x · RN(1/s) itself (within an ulp of x / s, far below its 2**-16 steps).
-Three shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]:
-the rotated 4x lacks the butterfly's 0.25, and x / f = (4x) / (4f), x * f = 4x * (f / 4) exactly (the
-block amax takes the 0.25 once: rounding is monotone); _div_fast's operands are in its range; and
-with fp32 scales |x / s| is at most g_max plus a few ulps, which rounds to at most g_max, so RTNE
-needs no clamp. A tile with any f outside (tiny or huge blocks, 1/t overflowed) takes the reference's
-steps, in one branch that replaces y.
+The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a constant.
+Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]
+(and, for e4m3, t does and no block amax is below 2**-99): the rotated 4x lacks the butterfly's
+0.25, and x / f = (4x) / (4f), x * f = 4x * (f / 4) exactly (the block amax takes the 0.25 once:
+rounding is monotone); _div_fast's operands are in its range, for y and for the scales; and with
+fp32 scales |x / s| is at most g_max plus a few ulps, which rounds to at most g_max, so RTNE needs no
+clamp. A tile outside (tiny or huge blocks, 1/t overflowed) takes the reference's steps, in one
+branch that computes its scales again and replaces y.
 Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
 0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
 and an RNE tie lands on the even multiple, which is the even level index. The bf16 -> fp32 input and
@@ -619,8 +621,8 @@ def _grid_params(levels) -> tuple:
 
 def _recip_f32(g: float) -> float:
     """RN(1 / g) in fp32. Rounding the double 1 / g again is exact here: g = k * 2**j with k <= 7 on
-    every grid _grid_params takes, and 1 / k repeats a period of at most 3 bits, so the double is never
-    a tie between two floats."""
+    every grid _grid_params takes, and 1 / k terminates or repeats a period of at most 4 bits, so the
+    double is never a tie between two floats (that needs 28 zeros in a row)."""
     return struct.unpack("<f", struct.pack("<f", 1.0 / g))[0]
 
 
