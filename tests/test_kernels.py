@@ -143,6 +143,7 @@ def test_whole_tensor_far_from_one_is_bit_identical(scale, magnitude):
             what = f"{spec} dim={dim} x~{magnitude}"
             assert_same_bits(codes, ref.codes, what + " codes")
             assert_same_bits(scales, ref.scales, what + " scales")
+            assert_same_bits(t, ref.tensor_scale, what + " tensor scale")
             assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
 
 
