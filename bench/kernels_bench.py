@@ -20,6 +20,7 @@
    bandwidth and its bits against the reference's dequantization.
 
 Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 8192] [--workers 8]
+       [--no-sweep] [--skip-check]   (the tables alone, with the tiles kernels.py holds)
        python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
 """
 import argparse
@@ -363,7 +364,9 @@ def main():
     p.add_argument("--small", type=int, default=1024, help="rows of the tensor checked on the CPU")
     p.add_argument("--workers", type=int, default=8, help="processes for the checks and compiles")
     p.add_argument("--cpu", action="store_true", help="dry run in Triton's CPU interpreter")
-    p.add_argument("--skip-check", action="store_true")
+    p.add_argument("--skip-check", action="store_true", help="no bit-identity checks")
+    p.add_argument("--no-sweep", action="store_true",
+                   help="no tile sweeps: every kernel takes the tiles kernels.py holds (a quick table)")
     args = p.parse_args()
     setup(args.cpu)
     dev = "cpu" if args.cpu else "cuda"
@@ -373,9 +376,9 @@ def main():
     pool = mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args.cpu,))
     specs = timed_specs()
     names = list(specs)
-    tile_cases = [(name, dim, out, var, tile, dev) for name in names[:2] + names[3:] for dim in (-1, 0)
-                  for out in ("dequant", "codes") for var in ("alone", "fused_rht")
-                  for tile in (ROW_TILES if dim == -1 else COL_TILES)]
+    tile_cases = [] if args.no_sweep else [
+        (name, dim, out, var, tile, dev) for name in names[:2] + names[3:] for dim in (-1, 0)
+        for out in ("dequant", "codes") for var in ("alone", "fused_rht") for tile in (ROW_TILES if dim == -1 else COL_TILES)]
     if dev == "cuda":
         pool.map(warm_case, tile_cases)  # compile in parallel; the sweep then finds them cached
     print(f"sweep kernels compiled after {time.time() - t_start:.0f} s", flush=True)
@@ -392,9 +395,10 @@ def main():
     copy = res["copy_GBps"]
     print(f"device-to-device copy: {copy:.0f} GB/s; read (torch.amax): {res['read_GBps']:.0f} GB/s", flush=True)
     x = make_x(args.size, args.size, 4, dev)
-    res["amax_sweep"], res["amax_best"] = sweep_amax(x, signs, dev)
+    if not args.no_sweep:
+        res["amax_sweep"], res["amax_best"] = sweep_amax(x, signs, dev)
     res["amax_table"] = amax_table(x, signs, dev, res["read_GBps"], copy)
-    res["tile_sweep"], best = sweep_tiles(x, signs, tile_cases, copy, dev)
+    res["tile_sweep"], best = sweep_tiles(x, signs, tile_cases, copy, dev) if tile_cases else ([], {})
     res["best_tiles"] = best  # from here on every kernel takes its tile from kernels' table, so updated
     (kernels._TILES if dev == "cuda" else kernels._TILES_INTERPRET).update(best)
     save(res, args.out, t_start)
