@@ -86,6 +86,9 @@ E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # TestU01's BigCrush and chose 10 as a margin (tl.randint4x's default); 7 make the SR kernel ~10% faster
 # (bench/kernels_bench.py times both), and the SR tests check its statistics.
 PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan caches it: cache_clear() after a change)
+# The fast exact division (_div_fast) needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma
+# twice, so it takes the IEEE division unless its FMA has been made exact (tests/conftest.py does so).
+INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
 
 
 # ----------------------------------------------------------------------------- jit helpers
@@ -494,8 +497,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if RHT or SCALE != 2:
         bad = (f < 3.1554436208840472e-30) | (f > 1.0633823966279327e37) | (f != f)
         if RG != 0.0 and SCALE == 1:  # _block_scale's fast range
-            bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | (t < 3.1554436208840472e-30) | \
-                (t > 1.0633823966279327e37)
+            tt = t + tl.zeros_like(amax)
+            bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | (tt < 3.1554436208840472e-30) | \
+                (tt > 1.0633823966279327e37)
         rare = tl.max(bad.to(tl.int32)) > 0
     else:  # e8m0 without RHT: y = x * 2**-e is exact
         rare = False
@@ -505,10 +509,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     fe = ff[:, :, None, None]
     if SCALE != 0:
         y = x * fe
-    elif SR and FAST_DIV:  # within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
-        y = x * libdevice.rcp_rn(ff)[:, :, None, None]
-    elif FAST_DIV:
-        y = _div_fast(x, fe, libdevice.rcp_rn(ff)[:, :, None, None])
+    elif FAST_DIV:  # RN(1 / f): rcp.rn on GPUs, IEEE division in the interpreter (FAST_DIV 1)
+        r = (libdevice.rcp_rn(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff))[:, :, None, None]
+        # SR takes x * r, within an ulp of x / s: far below its 2**-16 resolution (module doc)
+        y = x * r if SR else _div_fast(x, fe, r)
     else:
         y = tl.math.div_rn(x, fe)
     yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
@@ -767,8 +771,9 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     rht_signs: the 16 RHT signs (fp32 ±1 on x's device) or None for no RHT; block_2d: 16x16 tiles;
     dim: -1 (any shape, rows) or 0 (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype);
     keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
-    num_warps) to override the launch shape; fast_div: fp32 scales divide by FMA-corrected
-    reciprocal multiplication (_div_fast, same bits) instead of IEEE division (GPUs).
+    num_warps) to override the launch shape; fast_div: divide (y, and the fp32 and e4m3 block scales)
+    by FMA-corrected reciprocal multiplication (_div_fast, same bits) instead of IEEE division (GPUs;
+    the interpreter where INTERPRET_FAST_DIV says its FMA is fused).
     Returns (codes, scales, tensor_scale, dequant): codes uint8 [..., K/2] and scales [..., K/block]
     (block_2d: [M/16, K/16]) laid out with the quantized dim last, as quant.quantize stores them
     (fp32 | float8_e4m3fn | uint8 e8m0 biased exponent), or None without want_codes; tensor_scale a
@@ -848,10 +853,10 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     x_bits = interpret and dtype == torch.bfloat16 and colwise  # as _tile_input gives x
-    fast = fast_div and not interpret and step >= 0.5
+    fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
     constexprs = (bm, ng, block, block_2d, colwise, numel >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
                   sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
-                  fast, want_codes, want_dequant, out_mode, x_bits,
+                  (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0)
     return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,

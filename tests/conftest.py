@@ -1,11 +1,51 @@
 """Shared test setup: the repository root on sys.path, and Triton's CPU interpreter where there is no
-GPU (it must be chosen before triton is first imported, so it is set here, before any test module)."""
+GPU (it must be chosen before triton is first imported, so it is set here, before any test module).
+
+The interpreter computes tl.fma(x, y, z) as x * y + z, rounded twice. The kernels' fast exact division
+needs a fused multiply-add, so on the interpreter the kernels would take the IEEE division and the
+GPU's path would go untested. Here the interpreter's fp32 FMA is made exact (fused_fma_f32) and the
+kernels are told they may take the fast path there too: the CPU tests then run the GPU's arithmetic."""
 import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def fused_fma_f32(x, y, z):
+    """RN(x * y + z) in fp32 for fp32 arrays, with one rounding. In fp64 the product is exact and the
+    sum s is rounded once, with its error e exact (TwoSum); rounding s to fp32 is then right unless s
+    lies exactly halfway between two floats while e != 0, where the true value is on e's side."""
+    p = x.astype(np.float64) * y.astype(np.float64)
+    z = z.astype(np.float64)
+    s = p + z
+    b = s - p
+    e = (p - (s - b)) + (z - b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = s.astype(np.float32)
+        other = np.where(r.astype(np.float64) < s, np.nextafter(r, np.float32(np.inf)),
+                         np.nextafter(r, np.float32(-np.inf)))
+        tie = (2 * s == r.astype(np.float64) + other.astype(np.float64)) & (e != 0) & np.isfinite(s)
+        up = np.maximum(r, other)
+        down = np.minimum(r, other)
+    return np.where(tie, np.where(e > 0, up, down), r).astype(np.float32)
+
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    from triton.runtime import interpreter as _interp
+
+    _plain_fma = _interp.InterpreterBuilder.create_fma
+
+    def _create_fma(self, x, y, z):
+        if x.data.dtype == y.data.dtype == z.data.dtype == np.float32:
+            return _interp.TensorHandle(fused_fma_f32(x.data, y.data, z.data), z.dtype.scalar)
+        return _plain_fma(self, x, y, z)
+
+    _interp.InterpreterBuilder.create_fma = _create_fma
+    import kernels  # noqa: E402
+
+    kernels.INTERPRET_FAST_DIV = True

@@ -7,10 +7,13 @@ zero blocks, negative zeros and tiny and huge magnitudes. Stochastic rounding is
 statistically. Without CUDA the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1 is set
 below, before triton is imported); the reference always runs on the CPU (it is the spec).
 """
+import math
 import os
 import sys
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -144,6 +147,47 @@ def test_whole_tensor_far_from_one_is_bit_identical(scale, magnitude):
             assert_same_bits(codes, ref.codes, what + " codes")
             assert_same_bits(scales, ref.scales, what + " scales")
             assert_same_bits(t, ref.tensor_scale, what + " tensor scale")
+            assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
+
+
+def test_the_interpreters_fma_is_fused():
+    """The CPU tests run the GPU's fast division only if tl.fma rounds once (tests/conftest.py): a
+    product just below a midpoint, which rounding the sum twice would carry over to the even float."""
+    from conftest import fused_fma_f32
+    x = np.array([1 + 2**-18, 1 + 2**-18], np.float32)
+    y = np.array([2**-24 * (1 - 2**-18), 2**-24 * (1 + 2**-18)], np.float32)
+    z = np.array([1 + 2**-23, 1.0], np.float32)
+    assert (x.astype(np.float64) * y + z).astype(np.float32)[0] == np.float32(1 + 2**-22)  # twice
+    assert fused_fma_f32(x, y, z).tolist() == [np.float32(1 + 2**-23)] * 2
+    g = np.random.default_rng(0)
+    a, b, c = (g.standard_normal(1000).astype(np.float32) for _ in range(3))
+    want = [_rn32(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(r))) for p, q, r in zip(a, b, c)]
+    assert fused_fma_f32(a, b, c).tolist() == want
+    assert kernels.INTERPRET_FAST_DIV or DEV == "cuda"
+
+
+def _rn32(v: Fraction) -> float:
+    """v rounded to the nearest fp32 (ties to even), exactly; normal range."""
+    if v == 0:
+        return 0.0
+    e = math.floor(math.log2(abs(v)))
+    e += (abs(v) >= Fraction(2) ** (e + 1)) - (abs(v) < Fraction(2) ** e)
+    return float(round(v / Fraction(2) ** (e - 23)) * Fraction(2) ** (e - 23))
+
+
+@pytest.mark.parametrize("scale", ["fp32", "e4m3"])
+def test_ieee_division_path_is_bit_identical(scale):
+    """fast_div=False (IEEE division for the block scales and y) gives the reference's bits too."""
+    x = make_x((48, 64), torch.bfloat16, seed=5)
+    for use_rht in (False, True):
+        spec = quant.QuantSpec("e2m1", 16, scale, rht=use_rht)
+        for dim in (-1, 0):
+            ref = quant.quantize(x, spec, dim, signs=SIGNS)
+            codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, dim, keep_rotated=True,
+                                                                             fast_div=False))
+            what = f"{spec} dim={dim} IEEE division"
+            assert_same_bits(codes, ref.codes, what + " codes")
+            assert_same_bits(scales, ref.scales, what + " scales")
             assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
 
 
