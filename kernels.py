@@ -324,6 +324,12 @@ def _div_fast(x, s, r):
 
 
 @triton.jit
+def _outside_fast_range(v):
+    """v outside [2**-98, 2**123], the range of the kernel's fast steps (module text); NaN is not."""
+    return (v < 3.1554436208840472e-30) | (v > 1.0633823966279327e37)
+
+
+@triton.jit
 def _bf16_rne(f):
     """fp32 -> bf16 bits (int16) with round-to-nearest-even, by integer ops; NaN -> 0x7FC0."""
     b = f.to(tl.int32, bitcast=True)
@@ -495,11 +501,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG)  # per group
     # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
     if RHT or SCALE != 2:
-        bad = (f < 3.1554436208840472e-30) | (f > 1.0633823966279327e37) | (f != f)
-        if RG != 0.0 and SCALE == 1:  # _block_scale's fast range
-            tt = t + tl.zeros_like(amax)
-            bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | (tt < 3.1554436208840472e-30) | \
-                (tt > 1.0633823966279327e37)
+        bad = _outside_fast_range(f) | (f != f)
+        if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
+            bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
         rare = tl.max(bad.to(tl.int32)) > 0
     else:  # e8m0 without RHT: y = x * 2**-e is exact
         rare = False
