@@ -281,7 +281,8 @@ def _block_amax(x, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2
 
 
 @triton.jit
-def _round_to_grid(y, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
+def _round_to_grid(y, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr,
+                   INDEX_ONLY: tl.constexpr = False):
     """|y| = ay <= g_max -> (level index int32, level value fp32), RTNE or SR (u1 = 1 + u, u in [0, 1)).
 
     Near ay the levels are spaced sp apart: STEP on uniform grids; on E2M1 0.5 below 2, 1 up to 4,
@@ -289,8 +290,18 @@ def _round_to_grid(y, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.cons
     to the even multiple = the even level index), v - c is that level exactly, and bits(v) - bits(c)
     counts its steps above the first level of the spacing's range. SR rounds ay + (u - 1/2) * sp the
     same way, i.e. floor(ay / sp + u) * sp: it adds u1 * sp (exact, one FMA) and c - sp / 2 (the float
-    below c), a sum of at least c + sp / 2, so v's spacing is sp and the level is v - (c + sp)."""
+    below c), a sum of at least c + sp / 2, so v's spacing is sp and the level is v - (c + sp).
+
+    INDEX_ONLY (E2M1, RTNE; the level value is not returned): the index is T(ay) rounded to an
+    integer, T = min(2a, a + 2, a / 2 + 4) the piecewise-linear map of the levels onto 0..7 (between
+    two levels it is affine, so their midpoint maps to i + 1/2 and a tie to the even index). Each
+    line plus 2**23 is rounded once (an FMA or an add, |y| taken inside), and the min of the rounded
+    lines is the rounded min (rounding is monotone): five float instructions, where the exponent
+    arithmetic above takes five on the integer pipe."""
     ay = tl.abs(y)  # (taken inside the additions below; the exponent is read from y's bits)
+    if INDEX_ONLY and not UNIFORM and not SR:
+        v = tl.minimum(tl.minimum(tl.fma(ay, 2.0, 8388608.0), ay + 8388610.0), tl.fma(ay, 0.5, 8388612.0))
+        return v.to(tl.int32, bitcast=True) - 0x4B000000, v
     if UNIFORM:
         c = STEP * 8388608.0
         cb = CB
@@ -535,7 +546,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if SEED_PTR:
             seed = tl.load(seed_ptr)
         u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
-    idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR)
+    idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT)
 
     if WANT_CODES:
         words = _pack_codes(idx, xbits, finite)                      # [BM, NG] int64: a group's bytes
@@ -595,14 +606,14 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no dequantized output;
 # "_heavy": with RHT or SR, the kernels that need the most registers
-_TILES = {"row": (1, 64, 2), "row_heavy": (1, 128, 4), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
+_TILES = {"row": (1, 64, 2), "row_heavy": (1, 64, 1), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
           "col": (128, 2, 4), "col_heavy": (128, 2, 4), "col_codes": (64, 8, 4), "col_codes_heavy": (64, 4, 4),
           "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
                     "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
-_AMAX_TILES = {"flat": (4096, 8), "row": (1, 256, 4), "col": (64, 8, 4)}
+_AMAX_TILES = {"flat": (8192, 8), "row": (1, 256, 4), "col": (64, 4, 4)}
 _AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1)}
 _AMAX_PROGRAMS_PER_SM = 8
 
