@@ -258,8 +258,10 @@ def _pow2(p):
 
 @triton.jit
 def _max_nan(a, b):
-    """max(a, b), NaN if either is NaN (tl.maximum's default drops a NaN)."""
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    """max(a, b), NaN if either is NaN (tl.maximum's default drops a NaN); integers as tl.maximum."""
+    if a.dtype.is_floating():
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    return tl.maximum(a, b)
 
 
 @triton.jit
@@ -441,12 +443,55 @@ def _amax_kernel(x_ptr, amax_ptr, N, BLOCK: tl.constexpr, MASK: tl.constexpr, IN
 
 
 @triton.jit
+def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr):
+    """Groups v [BM, NG, 8, 2] -> max |v| (rotated if RHT) per group [BM, NG]. EXACT: the bits of the
+    max over the finite values (int32). Else fp32 by float maxima, the last butterfly stage's pairs
+    as _rotate's PAIR_MAX: the same for finite groups, else NaN or Inf (or, where a max drops NaN,
+    the max of the others; the caller then reads its tiles again, EXACT)."""
+    if EXACT:
+        a = (_rotate(v, signs) if RHT else v).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        out = tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2)
+    elif RHT:
+        out = tl.max(tl.max(tl.max(_rotate(v, signs, True), axis=4), axis=3), axis=2)
+    else:
+        out = tl.max(tl.max(tl.abs(v), axis=3), axis=2)
+    return out
+
+
+@triton.jit
+def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, I64: tl.constexpr,
+               X_BITS: tl.constexpr, ROW_RHT: tl.constexpr, EXACT: tl.constexpr):
+    """(rows, columns) max |v| (_group_max's) over this program's TR x TC tiles of the [R, C] tensor
+    (tile p, p + P, ...): rows rotated along C if ROW_RHT, columns along R. Each tile is loaded twice,
+    as the column pass and as the row pass lay it out (xc_ptr: x as _tile_input gives it columnwise,
+    xw_ptr: rowwise); the second load of a tile finds it in the cache, so x is read from memory once."""
+    n_c = tl.cdiv(C, TC)
+    n_tiles = n_c * tl.cdiv(R, TR)
+    acc_c = tl.zeros((TC, TR // 16), tl.int32 if EXACT else tl.float32)
+    acc_r = tl.zeros((TR, TC // 16), tl.int32 if EXACT else tl.float32)
+    i = tl.program_id(0)
+    while i < n_tiles:
+        _, _, mask, base = _tile_offsets(i % n_c, i // n_c, C, R, TC, TR // 16, True, I64)
+        acc_c = _max_nan(acc_c, _group_max(_load_tile(xc_ptr, base, mask, C, True, X_BITS), signs, True, EXACT))
+        _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
+        acc_r = _max_nan(acc_r, _group_max(_load_tile(xw_ptr, base, mask, R, False, X_BITS), signs, ROW_RHT,
+                                           EXACT))
+        i += tl.num_programs(0)
+    return _tile_max(acc_r, EXACT), _tile_max(acc_c, EXACT)
+
+
+@triton.jit
+def _tile_max(acc, EXACT: tl.constexpr):
+    """The max of a program's accumulator [BM, NG] as fp32 (EXACT: from bits), keeping NaN."""
+    a = tl.reduce(tl.reduce(acc, 1, _max_nan), 0, _max_nan)
+    return _bits_to_f32(a) if EXACT else a
+
+
+@triton.jit
 def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
               X_BITS: tl.constexpr, EXACT: tl.constexpr):
-    """max |v| over this program's tiles of the rotated [M, K] view (tile p, p + P, ...). EXACT: over the
-    finite values, by their bits. Else the float max of the last butterfly stage's pairwise maxima
-    (_rotate's PAIR_MAX): the same unless the program met an Inf (then Inf, or NaN where a max keeps
-    NaN, as the interpreter's does; the GPU's ignores NaN, as the reference does)."""
+    """max |v| over this program's tiles of the rotated [M, K] view (tile p, p + P, ...): _group_max's,
+    exact or fast (then NaN or Inf where the program met a non-finite group)."""
     n_g = tl.cdiv(K // 16, NG)
     n_tiles = n_g * tl.cdiv(M, BM)
     acc = tl.zeros((BM, NG), tl.int32 if EXACT else tl.float32)
@@ -454,14 +499,9 @@ def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: t
     while i < n_tiles:
         m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
         x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)
-        if EXACT:
-            a = _rotate(x, signs).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-            acc = tl.maximum(acc, tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2))
-        else:
-            acc = tl.maximum(acc, tl.max(tl.max(tl.max(_rotate(x, signs, True), axis=4), axis=3), axis=2))
+        acc = _max_nan(acc, _group_max(x, signs, True, EXACT))
         i += tl.num_programs(0)
-    amax = tl.max(tl.max(acc, axis=1), axis=0)
-    return _bits_to_f32(amax) if EXACT else amax
+    return _tile_max(acc, EXACT)
 
 
 @triton.jit
@@ -479,6 +519,20 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
     if not (amax < float("inf")):
         amax = _rht_amax(x_ptr, signs, M, K, BM, NG, COLWISE, I64, X_BITS, True)
     tl.atomic_max(amax_ptr, (amax * 0.25).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, C, TR: tl.constexpr, TC: tl.constexpr,
+                      I64: tl.constexpr, X_BITS: tl.constexpr, ROW_RHT: tl.constexpr, COLS: tl.constexpr):
+    """amax_ptr[0], [1] = max of the (rows, columns) tensor amax passes of the [R, C] tensor x (those of
+    _amax_kernel or _amax_rht_kernel: rows rotated if ROW_RHT, columns always) from one read of x:
+    the fast maxima of _both_amax, its exact ones where the program met a non-finite group. COLS = C."""
+    signs = _signs(signs_ptr)
+    amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, X_BITS, ROW_RHT, False)
+    if not ((amax_r < float("inf")) & (amax_c < float("inf"))):
+        amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, X_BITS, ROW_RHT, True)
+    tl.atomic_max(amax_ptr, ((amax_r * 0.25) if ROW_RHT else amax_r).to(tl.int32, bitcast=True))
+    tl.atomic_max(amax_ptr + 1, (amax_c * 0.25).to(tl.int32, bitcast=True))
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -613,8 +667,8 @@ _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row
                     "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
-_AMAX_TILES = {"flat": (8192, 8), "row": (1, 256, 4), "col": (64, 4, 4)}
-_AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1)}
+_AMAX_TILES = {"flat": (8192, 8), "row": (1, 256, 4), "col": (64, 4, 4), "both": (64, 64, 4)}
+_AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1), "both": (32, 32, 1)}
 _AMAX_PROGRAMS_PER_SM = 8
 
 
@@ -745,6 +799,36 @@ def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, di
     return _amax(x, signs, M, K, colwise, interpret, tile, programs).view(torch.float32).reshape(())
 
 
+def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool = True,
+                     tile: Optional[tuple] = None, programs: Optional[int] = None) -> torch.Tensor:
+    """The tensor amax of a 2-D [R, C] tensor along its rows (dim -1, rotated if row_rht) and along its
+    columns (dim 0, rotated), from one read: fp32 [2], the values tensor_amax gives for each (the
+    e4m3 first pass of an operand quantized both ways; quantize takes either as tensor_amax).
+    tile: (TR rows, TC columns, num_warps), 16 times powers of two; programs: the persistent grid."""
+    interpret = _check_device(x)
+    if x.dtype not in _FLOATS or x.dim() != 2 or x.shape[0] % 16 or x.shape[1] % 16 or not x.is_contiguous():
+        raise ValueError(f"tensor_amax_both reads a contiguous bf16 or fp32 [R, C] tensor, R and C multiples of "
+                         f"16; got {x.dtype} {tuple(x.shape)} with strides {x.stride()}")
+    if rht_signs.numel() != 16 or rht_signs.device != x.device:
+        raise ValueError(f"rht_signs must hold 16 values on {x.device}; got shape {tuple(rht_signs.shape)} "
+                         f"on {rht_signs.device}")
+    amax = torch.zeros(2, dtype=torch.int32, device=x.device)
+    if x.numel() == 0:
+        return amax.view(torch.float32)
+    tr, tc, nw = tile or (_AMAX_TILES_INTERPRET if interpret else _AMAX_TILES)["both"]
+    if tr % 16 or tc % 16 or (tr // 16) & (tr // 16 - 1) or (tc // 16) & (tc // 16 - 1):
+        raise ValueError(f"amax tile {tile}: TR and TC must be 16 times powers of two")
+    programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
+    R, C = x.shape
+    grid = (min(_cdiv(R, tr) * _cdiv(C, tc), programs),)
+    xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret)
+    args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, C, tr, tc, x.numel() >= 2**31,
+            xc.dtype == torch.int16, row_rht, C)
+    _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
+            (_amax_both_kernel, grid, nw, args[4:], x.dtype, xw.data_ptr() % 16, args[2].data_ptr() % 16), args)
+    return amax.view(torch.float32)
+
+
 def _check(shape, dtype, levels, block, scale_mode, rht, block_2d, dim, out_dtype, want_codes, want_dequant):
     """Validate quantize()'s arguments (all but the tensors' contiguity and devices); returns
     (colwise, K = size of the quantized dim)."""
@@ -777,7 +861,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
              sr: bool = False, rht_signs: Optional[torch.Tensor] = None, block_2d: bool = False,
              dim: int = -1, seed=0, out_dtype: Optional[torch.dtype] = None,
              keep_rotated: bool = False, want_codes: bool = True, want_dequant: bool = True,
-             tile: Optional[tuple] = None, fast_div: bool = True):
+             tile: Optional[tuple] = None, fast_div: bool = True, tensor_amax: Optional[torch.Tensor] = None):
     """Quantize x along dim with one fused kernel (plus a tensor-amax pass for e4m3 scales).
 
     levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
@@ -788,7 +872,9 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
     num_warps) to override the launch shape; fast_div: divide (y, and the fp32 and e4m3 block scales)
     by FMA-corrected reciprocal multiplication (_div_fast, same bits) instead of IEEE division (GPUs;
-    the interpreter where INTERPRET_FAST_DIV says its FMA is fused).
+    the interpreter where INTERPRET_FAST_DIV says its FMA is fused); tensor_amax (e4m3): x's tensor amax
+    along dim, as tensor_amax or tensor_amax_both computed it (fp32, one element on x's device): the
+    first pass is then skipped.
     Returns (codes, scales, tensor_scale, dequant): codes uint8 [..., K/2] and scales [..., K/block]
     (block_2d: [M/16, K/16]) laid out with the quantized dim last, as quant.quantize stores them
     (fp32 | float8_e4m3fn | uint8 e8m0 biased exponent), or None without want_codes; tensor_scale a
@@ -823,8 +909,16 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         e4m3 = scales is not None and scale_mode == "e4m3"
         return codes, scales.view(torch.float8_e4m3fn) if e4m3 else scales, tscale, out
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
-    amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret) \
-        if scale_mode == "e4m3" else tscale  # a first pass: the tensor amax comes before any block scale
+    if tensor_amax is not None:
+        if scale_mode != "e4m3" or tensor_amax.numel() != 1 or tensor_amax.dtype != torch.float32 or \
+                tensor_amax.device != dev:
+            raise ValueError(f"tensor_amax is e4m3's first pass: one fp32 value on {dev}; got {tensor_amax.dtype} "
+                             f"{tuple(tensor_amax.shape)} on {tensor_amax.device} for scale_mode {scale_mode!r}")
+        amax = tensor_amax.reshape(1).view(torch.int32)
+    elif scale_mode == "e4m3":  # a first pass: the tensor amax comes before any block scale
+        amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret)
+    else:
+        amax = tscale
     xk = _tile_input(x, p.colwise, interpret)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes.view(torch.int64) if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
@@ -975,17 +1069,20 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
 # step, and the decorator's Python dispatch costs ~10 us more per call (bench/launch_bench.py).
 _LIB = torch.library.Library("nanofp4", "DEF")
 _LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
-            "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None) -> Tensor")
+            "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None, Tensor? amax=None) -> Tensor")
 # an operand kept packed (quantize's codes, scales and tensor scale) and its dequantization:
-_LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode, Tensor? signs, int dim) "
-            "-> (Tensor, Tensor, Tensor)")
+_LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode, Tensor? signs, int dim, "
+            "Tensor? amax=None) -> (Tensor, Tensor, Tensor)")
+# the e4m3 tensor amax of a 2-D tensor along its rows and its columns, from one read (tensor_amax_both)
+_LIB.define("tensor_amax_both(Tensor x, Tensor signs, bool row_rht) -> Tensor")
 _LIB.define("dequantize(Tensor codes, Tensor scales, Tensor tensor_scale, float[] levels, int block, "
             "str scale_mode, Tensor? signs, bool keep_rotated, ScalarType out_dtype) -> Tensor")
 
 
 def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str, sr: bool,
                      signs: Optional[torch.Tensor], block_2d: bool, dim: int, seed: int,
-                     keep_rotated: bool, seed_t: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     keep_rotated: bool, seed_t: Optional[torch.Tensor] = None,
+                     amax: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The op's body: fake_quantize with the op's positional arguments. SR's seed: seed_t (an int32
     on x's device) if given, else `seed`, else (seed < 0) one drawn from torch's CPU generator."""
     if seed_t is not None:
@@ -994,12 +1091,16 @@ def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str,
         seed = int(torch.randint(2**31 - 1, ()))
     return fake_quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
                          rht_signs=signs, block_2d=block_2d, dim=dim, seed=seed,
-                         keep_rotated=keep_rotated)
+                         keep_rotated=keep_rotated, tensor_amax=amax)
 
 
-def quantize_codes_op(x, levels, block, scale_mode, signs, dim):
+def quantize_codes_op(x, levels, block, scale_mode, signs, dim, amax=None):
     return quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs, dim=dim,
-                    want_dequant=False)[:3]
+                    want_dequant=False, tensor_amax=amax)[:3]
+
+
+def tensor_amax_both_op(x, signs, row_rht):
+    return tensor_amax_both(x, rht_signs=signs, row_rht=row_rht)
 
 
 def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
@@ -1011,15 +1112,21 @@ for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTER
     _LIB.impl("fake_quantize", fake_quantize_op, _key)
     _LIB.impl("quantize_codes", quantize_codes_op, _key)
     _LIB.impl("dequantize", dequantize_op, _key)
+    _LIB.impl("tensor_amax_both", tensor_amax_both_op, _key)
 
 
 @torch.library.register_fake("nanofp4::fake_quantize")
-def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None):
+def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None, amax=None):
     return torch.empty_like(x)
 
 
+@torch.library.register_fake("nanofp4::tensor_amax_both")
+def _(x, signs, row_rht):
+    return x.new_empty((2,), dtype=torch.float32)
+
+
 @torch.library.register_fake("nanofp4::quantize_codes")
-def _(x, levels, block, scale_mode, signs, dim):
+def _(x, levels, block, scale_mode, signs, dim, amax=None):
     colwise, k = _check(tuple(x.shape), x.dtype, tuple(levels), block, scale_mode, signs is not None, False,
                         dim, torch.float32, True, False)
     lead = (x.shape[1],) if colwise else tuple(x.shape[:-1])

@@ -205,11 +205,12 @@ def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
     return QTensor(packed, stored, t.float(), spec, dim, x.dtype, signs if spec.rht else None)
 
 
-def fake_quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None, keep_rotated=False):
+def fake_quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None, keep_rotated=False, amax=None):
     """Quantize and dequantize x along dim; same shape and dtype. With RHT the result is rotated
-    back (≈ x) unless keep_rotated (the GEMM path: both operands carry the same rotation)."""
+    back (≈ x) unless keep_rotated (the GEMM path: both operands carry the same rotation). amax: e4m3's
+    tensor amax of x if known (_amax_both); the kernels then skip their first pass."""
     if _use_kernels(x):
-        return _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated)
+        return _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax)
     return quantize(x, spec, dim, seed=seed, signs=signs).dequantize(keep_rotated=keep_rotated)
 
 
@@ -234,7 +235,7 @@ def _use_kernels(x) -> bool:
     return use
 
 
-def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
+def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
     """fake_quantize through the fused Triton kernel (kernels.py): rows of any tensor, or the columns
     of a 2-D one (no transpose). Traced by torch.compile (or given a tensor subclass) it is the
     operator nanofp4::fake_quantize, one opaque node; eager, a plain tensor goes straight to the op's
@@ -258,12 +259,12 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated):
         seed_t = torch.randint(2**31 - 1, (1,), dtype=torch.int32, device=x.device) \
             if compiling and sr and seed < 0 else None
         y = torch.ops.nanofp4.fake_quantize(xk, list(spec.levels), spec.block, spec.scale, sr, signs,
-                                            spec.block_2d, kdim, seed, keep_rotated, seed_t)
+                                            spec.block_2d, kdim, seed, keep_rotated, seed_t, amax)
     else:  # the op's body: SR without a seed draws one from torch's CPU generator, as the op does
         seed = int(torch.randint(2**31 - 1, ())) if sr and seed < 0 else seed
         y = kernels.fake_quantize(xk, levels=spec.levels, block=spec.block, scale_mode=spec.scale, sr=sr,
                                   rht_signs=signs, block_2d=spec.block_2d, dim=kdim, seed=seed,
-                                  keep_rotated=keep_rotated)
+                                  keep_rotated=keep_rotated, tensor_amax=amax)
     return y.movedim(-1, dim) if moved else y
 
 
@@ -406,14 +407,15 @@ def _rotated(spec_a, spec_b) -> bool:
     return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
 
 
-def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", made=(None, None)):
+def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", made=(None, None),
+                   amax_a=None):
     """Fake-quantize the two operands of one GEMM (but those `made` already, by a GEMM that shares
-    them). If both are rotated by the same RHT they stay in the rotated basis (the product is
-    unchanged); otherwise each is rotated back."""
+    them; amax_a: a's e4m3 tensor amax if known). If both are rotated by the same RHT they stay in the
+    rotated basis (the product is unchanged); otherwise each is rotated back."""
     both = _rotated(spec_a, spec_b)
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
     qa = made[0] if made[0] is not None else a if spec_a is None else \
-        fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
+        fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both, amax=amax_a)
     qb = made[1] if made[1] is not None else b if spec_b is None else _operand(b, spec_b, dim_b, signs, both)
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
@@ -422,19 +424,20 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=
     return qa, qb
 
 
-def _quantize_any(x, spec, dim, signs) -> QTensor:
-    """quantize(), through the Triton kernel where fake_quantize would use it (same codes and scales);
-    traced by torch.compile, the operator nanofp4::quantize_codes (one opaque node)."""
+def _quantize_any(x, spec, dim, signs, amax=None) -> QTensor:
+    """quantize(), through the Triton kernel where fake_quantize would use it (same codes and scales;
+    amax as fake_quantize takes it); traced by torch.compile, the operator nanofp4::quantize_codes."""
     if not _use_kernels(x):
         return quantize(x, spec, dim, signs=signs)
     import kernels
     s = signs if spec.rht else None
     if torch.compiler.is_compiling():
         codes, scales, t = torch.ops.nanofp4.quantize_codes(x.contiguous(), list(spec.levels), spec.block,
-                                                           spec.scale, s, dim)
+                                                           spec.scale, s, dim, amax)
     else:
         codes, scales, t, _ = kernels.quantize(x.contiguous(), levels=spec.levels, block=spec.block,
-                                               scale_mode=spec.scale, rht_signs=s, dim=dim, want_dequant=False)
+                                               scale_mode=spec.scale, rht_signs=s, dim=dim, want_dequant=False,
+                                               tensor_amax=amax)
     return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, s)
 
 
@@ -469,12 +472,13 @@ def _operand(t, spec, dim, signs, keep_rotated):
     return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
 
 
-def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others):
-    """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs."""
+def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others, amax=None):
+    """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs (amax:
+    that operand's e4m3 tensor amax if known)."""
     ctx.packed = None
     if not packs:
         return ctx.save_for_backward(x, *others)
-    qt = _quantize_any(x, recipe.wgrad_x, 0, signs)
+    qt = _quantize_any(x, recipe.wgrad_x, 0, signs, amax)
     ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs)
     ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, *others)
 
@@ -486,6 +490,22 @@ def kept_for_backward(ctx) -> tuple:
         return x, others
     codes, scales, t, *others = ctx.saved_tensors
     return QTensor(codes, scales, t, *ctx.packed), others
+
+
+def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
+    """The e4m3 tensor amax of the 2-D t quantized along rows (spec_rows) and along columns (spec_cols,
+    rotated), from one read (kernels.tensor_amax_both), where the kernels run; else (None, None)."""
+    if not (spec_rows is not None and spec_cols is not None and spec_rows.scale == spec_cols.scale == "e4m3"
+            and spec_cols.rht and not spec_rows.block_2d and t.dim() == 2 and t.shape[0] % 16 == 0
+            and t.shape[1] % 16 == 0 and _use_kernels(t)):
+        return None, None
+    import kernels
+    signs = (rht_lib.random_signs(0) if signs is None else signs).to(t.device, torch.float32)
+    if torch.compiler.is_compiling():
+        a = torch.ops.nanofp4.tensor_amax_both(t.contiguous(), signs, spec_rows.rht)
+    else:
+        a = kernels.tensor_amax_both(t.contiguous(), rht_signs=signs, row_rht=spec_rows.rht)
+    return a[0], a[1]
 
 
 def _grouped(parts: tuple, sizes: tuple) -> list:
@@ -510,13 +530,15 @@ class _QLinearFn(torch.autograd.Function):
         groups = _grouped(w_parts, sizes)
         biases = [None] * len(groups) if bias is None else bias.split([sum(p.shape[0] for p in g) for g in groups])
         qx, ys = None, []
+        packs = _packs(recipe)
+        amax = _amax_both(x2, recipe.fprop_x, recipe.wgrad_x, signs) if packs else (None, None)
         for g, b in zip(groups, biases):
             w = _joined(g)                                              # [N_g, K]
             qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer,
-                                    made=(qx, None))
+                                    made=(qx, None), amax_a=amax[0])
             y = qx @ qw.t()                                             # [M, N_g]
             ys.append((y if b is None else y + b).reshape(*x.shape[:-1], w.shape[0]))
-        keep_for_backward(ctx, x2, recipe, signs, _packs(recipe), *w_parts)
+        keep_for_backward(ctx, x2, recipe, signs, packs, *w_parts, amax=amax[1])
         ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer, ctx.sizes = recipe, signs, bias is not None, layer, sizes
         return tuple(ys) if len(ys) > 1 else ys[0]
 
@@ -529,10 +551,12 @@ class _QLinearFn(torch.autograd.Function):
         for dy, g in zip(dys, _grouped(tuple(w_parts), ctx.sizes)):
             w = _joined(g)
             dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)              # [M, N_g]
-            qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer)
+            amax = _amax_both(dy2, r.dgrad_dy, r.wgrad_dy, signs)
+            qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
+                                     amax_a=amax[0])
             dx = qdy @ qw if dx is None else torch.addmm(dx, qdy, qw)  # [M, K]
             qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                     made=(None, qx))
+                                     made=(None, qx), amax_a=amax[1])
             dws += (qdy.t() @ qx).split([p.shape[0] for p in g])        # [N_i, K] each
             if ctx.has_bias:
                 dbs.append(dy2.sum(0))

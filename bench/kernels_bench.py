@@ -11,16 +11,18 @@
    quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows and columns, the
    emulated-GEMM output (bf16 dequant, rotated basis) and the codes+scales output. A small sweep of
    tile shapes picks the tiles the table uses.
-4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns),
-   a pure read: its bytes are the input's, given as % of the read bandwidth (torch's amax over the
-   same 1 GiB buffer the copy uses) and of the copy bandwidth. A sweep picks its tiles and programs
-   per SM first (the e4m3 rows of the table use them).
+4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns;
+   and kernels.tensor_amax_both, rows and columns from one read, against the two passes), a pure
+   read: its bytes are the input's, given as % of the read bandwidth (torch's amax over the same
+   1 GiB buffer the copy uses) and of the copy bandwidth. A sweep picks its tiles and programs per
+   SM first (the e4m3 rows of the table use them).
 5. Stochastic rounding with each number of Philox rounds in PHILOX_ROUNDS (kernels.PHILOX_ROUNDS).
 6. kernels.dequantize (stored codes + scales -> bf16, the backward of pack_saved): time, % of copy
    bandwidth and its bits against the reference's dequantization.
 
 Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 8192] [--workers 8]
        [--no-sweep] [--skip-check]   (the tables alone, with the tiles kernels.py holds)
+       [--amax-only]   (the tensor-amax sweep and table alone)
        python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
 """
 import argparse
@@ -40,9 +42,10 @@ COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (32, 2, 1), (16, 4, 1), (32, 4
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
-              "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)]}
+              "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)],
+              "both": [(64, 64, 4), (32, 64, 2), (64, 128, 4), (128, 64, 4), (32, 128, 4)]}  # (TR, TC, num_warps)
 AMAX_PROGRAMS_PER_SM = [2, 4, 8, 16]
-AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0)}       # kind: (RHT, dim)
+AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0), "both": (True, None)}  # kind: (RHT, dim)
 
 
 def setup(cpu: bool):
@@ -261,6 +264,8 @@ def sweep_tiles(x, signs, cases, copy, dev):
 
 def amax_call(x, kind, signs, tile=None, programs=None):
     use_rht, dim = AMAX_CASES[kind]
+    if dim is None:  # rows and columns (both rotated) from one read
+        return lambda: kernels.tensor_amax_both(x, rht_signs=signs, tile=tile, programs=programs)  # noqa: E731
     return lambda: kernels.tensor_amax(x, rht_signs=signs if use_rht else None, dim=dim, tile=tile,  # noqa: E731
                                        programs=programs)
 
@@ -296,12 +301,16 @@ def amax_table(x, signs, dev, read_bw, copy):
           f"GB/s ({read_bw:.0f}), %copy over the copy's ({copy:.0f})")
     print(f"{'pass':18s} {'ms':>8s} {'GB/s':>7s} {'%read':>6s} {'%copy':>6s}")
     table = []
-    for kind, name in (("flat", "no RHT"), ("row", "RHT rows (dim -1)"), ("col", "RHT cols (dim 0)")):
+    for kind, name in (("flat", "no RHT"), ("row", "RHT rows (dim -1)"), ("col", "RHT cols (dim 0)"),
+                       ("both", "RHT rows + cols")):
         ms = bench(amax_call(x, kind, signs), dev)
         gbps = x.numel() * x.element_size() / ms / 1e6
         table.append(dict(kind=kind, ms=ms, GBps=gbps, pct_read=100 * gbps / read_bw, pct_copy=100 * gbps / copy))
         print(f"{name:18s} {ms:8.4f} {gbps:7.0f} {table[-1]['pct_read']:6.1f} {table[-1]['pct_copy']:6.1f}",
               flush=True)
+    both = table[-1]["ms"] / (table[1]["ms"] + table[2]["ms"])
+    print(f"rows + cols from one read (tensor_amax_both) / the two passes: {both:.3f}", flush=True)
+    table.append(dict(kind="both_over_two_passes", ratio=both))
     return table
 
 
@@ -367,6 +376,7 @@ def main():
     p.add_argument("--skip-check", action="store_true", help="no bit-identity checks")
     p.add_argument("--no-sweep", action="store_true",
                    help="no tile sweeps: every kernel takes the tiles kernels.py holds (a quick table)")
+    p.add_argument("--amax-only", action="store_true", help="only the tensor-amax passes: their sweep and table")
     args = p.parse_args()
     setup(args.cpu)
     dev = "cpu" if args.cpu else "cuda"
@@ -395,9 +405,12 @@ def main():
     copy = res["copy_GBps"]
     print(f"device-to-device copy: {copy:.0f} GB/s; read (torch.amax): {res['read_GBps']:.0f} GB/s", flush=True)
     x = make_x(args.size, args.size, 4, dev)
-    if not args.no_sweep:
+    if not args.no_sweep or args.amax_only:
         res["amax_sweep"], res["amax_best"] = sweep_amax(x, signs, dev)
     res["amax_table"] = amax_table(x, signs, dev, res["read_GBps"], copy)
+    if args.amax_only:
+        save(res, args.out, t_start)
+        return
     res["tile_sweep"], best = sweep_tiles(x, signs, tile_cases, copy, dev) if tile_cases else ([], {})
     res["best_tiles"] = best  # from here on every kernel takes its tile from kernels' table, so updated
     (kernels._TILES if dev == "cuda" else kernels._TILES_INTERPRET).update(best)

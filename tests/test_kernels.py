@@ -282,6 +282,35 @@ def test_tensor_amax_pass(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_tensor_amax_both_and_quantize_given_it(dtype):
+    """One read for both orientations: tensor_amax_both's (rows, columns) equal the reference's amax
+    after the RHT along each dim (rows also without RHT), over shapes with ragged tiles, Inf and NaN;
+    quantize given either one makes the bits it makes alone."""
+    for case, shape in enumerate([(48, 80), (16, 16), (96, 32)]):
+        x = make_x(shape, dtype, seed=30 + case)
+        if case != 1:
+            x[17 % shape[0], 5], x[-1, 3] = float("inf"), float("nan")
+        for row_rht in (True, False):
+            got = kernels.tensor_amax_both(x.to(DEV), rht_signs=SIGNS.to(DEV), row_rht=row_rht)
+            for i, dim in enumerate((-1, 0)):
+                xr = rht.rht(x.float(), SIGNS, dim=dim) if row_rht or dim == 0 else x.float()
+                want = torch.where(torch.isfinite(xr), xr.abs(), 0.0).amax()
+                assert_same_bits(got[i], want, f"amax {shape} {dtype} dim={dim} row_rht={row_rht}")
+    x = make_x((32, 48), dtype, seed=35).to(DEV)
+    amax = kernels.tensor_amax_both(x, rht_signs=SIGNS.to(DEV))
+    spec = quant.QuantSpec("e1m2", 16, "e4m3", "rtne", True)
+    for i, dim in enumerate((-1, 0)):
+        alone = kernels.quantize(x, **kernel_args(spec, dim))
+        given = kernels.quantize(x, **kernel_args(spec, dim, tensor_amax=amax[i]))
+        for a, b, what in zip(alone, given, ("codes", "scales", "tensor scale", "dequant")):
+            assert_same_bits(b, a, f"{what} dim={dim} given the amax")
+    with pytest.raises(ValueError, match="one fp32 value"):
+        kernels.quantize(x, **kernel_args(quant.QuantSpec("e1m2", 16, "fp32", "rtne", True), -1, tensor_amax=amax[0]))
+    with pytest.raises(ValueError, match="multiples of 16"):
+        kernels.tensor_amax_both(x[:, :40], rht_signs=SIGNS.to(DEV))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rows_off_a_word_boundary(dtype):
     """Rows are read as words of two elements: a tensor starting one element past a word boundary (a
     contiguous view into a larger buffer) is copied first, and gives the reference's bits."""
