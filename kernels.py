@@ -67,6 +67,8 @@ known before any block scale, so it is a first pass that reads x (an e4m3 quanti
 persistent grid of a few programs per SM, each reading tile after tile and making one atomic max.
 Without RHT it is the max of |x|'s bits (bits & 0x7FFF for bf16), read flat with no conversion; with
 RHT each group is rotated as in the quantize pass and the butterfly's 0.25 is applied to the maximum.
+An operand quantized along both dims (X and dY of a linear: rows for one GEMM, columns for wgrad)
+can have both amaxes from one read (tensor_amax_both) and hand each to quantize (tensor_amax=...).
 """
 
 import functools
