@@ -781,6 +781,12 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
     return amax
 
 
+def _check_signs(rht_signs: Optional[torch.Tensor], dev: torch.device):
+    if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != dev):
+        raise ValueError(f"rht_signs must hold 16 values on {dev}; got shape {tuple(rht_signs.shape)} "
+                         f"on {rht_signs.device}")
+
+
 def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, dim: int = -1,
                 tile: Optional[tuple] = None, programs: Optional[int] = None) -> torch.Tensor:
     """max |x| over the finite elements of x, after the RHT along dim if rht_signs are given, as a 0-d
@@ -791,9 +797,7 @@ def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, di
         raise ValueError(f"tensor_amax reads a contiguous tensor; got strides {x.stride()}: call .contiguous()")
     colwise, kq = _check(tuple(x.shape), x.dtype, E2M1_LEVELS, 16, "e4m3", rht_signs is not None, False, dim,
                          torch.float32, True, False)
-    if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != x.device):
-        raise ValueError(f"rht_signs must hold 16 values on {x.device}; got shape {tuple(rht_signs.shape)} "
-                         f"on {rht_signs.device}")
+    _check_signs(rht_signs, x.device)
     if x.numel() == 0:
         return torch.zeros((), dtype=torch.float32, device=x.device)
     signs = None if rht_signs is None else rht_signs.to(torch.float32).contiguous()
@@ -811,9 +815,7 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     if x.dtype not in _FLOATS or x.dim() != 2 or x.shape[0] % 16 or x.shape[1] % 16 or not x.is_contiguous():
         raise ValueError(f"tensor_amax_both reads a contiguous bf16 or fp32 [R, C] tensor, R and C multiples of "
                          f"16; got {x.dtype} {tuple(x.shape)} with strides {x.stride()}")
-    if rht_signs.numel() != 16 or rht_signs.device != x.device:
-        raise ValueError(f"rht_signs must hold 16 values on {x.device}; got shape {tuple(rht_signs.shape)} "
-                         f"on {rht_signs.device}")
+    _check_signs(rht_signs, x.device)
     amax = torch.zeros(2, dtype=torch.int32, device=x.device)
     if x.numel() == 0:
         return amax.view(torch.float32)
@@ -891,9 +893,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
               block_2d, dim, out_dtype or x.dtype, keep_rotated, want_codes, want_dequant,
               None if tile is None else tuple(tile), fast_div)
     dev = x.device
-    if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != dev):
-        raise ValueError(f"rht_signs must hold 16 values on {dev}; got shape {tuple(rht_signs.shape)} "
-                         f"on {rht_signs.device}")
+    _check_signs(rht_signs, dev)
     seed_t = seed if isinstance(seed, torch.Tensor) else None
     if seed_t is not None and (seed_t.numel() != 1 or seed_t.dtype != torch.int32 or seed_t.device != dev):
         raise ValueError(f"a seed tensor must be one int32 on {dev}; got {seed_t.dtype} {tuple(seed_t.shape)} "
