@@ -829,7 +829,7 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, C, tr, tc, x.numel() >= 2**31,
             xc.dtype == torch.int16, row_rht, C)
     _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
-            (_amax_both_kernel, grid, nw, args[4:], x.dtype, xw.data_ptr() % 16, args[2].data_ptr() % 16), args)
+            (_amax_both_kernel, grid, nw, args[4:], x.dtype) + tuple(t.data_ptr() % 16 for t in args[:3]), args)
     return amax.view(torch.float32)
 
 

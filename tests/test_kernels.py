@@ -433,6 +433,20 @@ def test_fast_launch_gives_the_same_bits(spec):
     assert len(kernels._COMPILED) > 0
 
 
+@pytest.mark.skipif(DEV != "cuda", reason="the kept-kernel launch path exists on GPUs only")
+def test_fast_launch_of_tensor_amax_both():
+    """tensor_amax_both through its kept compiled kernel, also when a later tensor starts off 16 bytes
+    (one element, or 8 bytes, past the buffer's start): its two views are keyed apart."""
+    flat = make_x((64, 96), torch.bfloat16, seed=12).flatten().to(DEV)
+    for x in [flat[:32 * 48].view(32, 48), flat[1:1 + 32 * 48].view(32, 48), flat[4:4 + 32 * 48].view(32, 48)] * 2:
+        kernels.FAST_LAUNCH = True
+        fast = kernels.tensor_amax_both(x, rht_signs=SIGNS.to(DEV))
+        kernels.FAST_LAUNCH = False
+        slow = kernels.tensor_amax_both(x, rht_signs=SIGNS.to(DEV))
+        kernels.FAST_LAUNCH = True
+        assert_same_bits(fast, slow, f"amax pair at offset {x.data_ptr() - flat.data_ptr()}")
+
+
 @pytest.mark.parametrize("name, compiled", [("ufp4", False), ("nvfp4", False), ("mxfp4", False), ("ufp4-nv", False),
                                             ("ufp4", True), ("nvfp4", True), ("ufp4-nv", True)])
 def test_pack_saved_through_the_kernels(name, compiled):
