@@ -524,11 +524,12 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
 
 
 @triton.jit
-def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, C, TR: tl.constexpr, TC: tl.constexpr,
+def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, TC: tl.constexpr,
                       I64: tl.constexpr, X_BITS: tl.constexpr, ROW_RHT: tl.constexpr, COLS: tl.constexpr):
     """amax_ptr[0], [1] = max of the (rows, columns) tensor amax passes of the [R, C] tensor x (those of
     _amax_kernel or _amax_rht_kernel: rows rotated if ROW_RHT, columns always) from one read of x:
-    the fast maxima of _both_amax, its exact ones where the program met a non-finite group. COLS = C."""
+    the fast maxima of _both_amax, its exact ones where the program met a non-finite group. COLS = C,
+    a compile-time constant as in the column pass."""
     signs = _signs(signs_ptr)
     amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, X_BITS, ROW_RHT, False)
     if not ((amax_r < float("inf")) & (amax_c < float("inf"))):
@@ -826,7 +827,7 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     R, C = x.shape
     grid = (min(_cdiv(R, tr) * _cdiv(C, tc), programs),)
     xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret)
-    args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, C, tr, tc, x.numel() >= 2**31,
+    args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, tr, tc, x.numel() >= 2**31,
             xc.dtype == torch.int16, row_rht, C)
     _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
             (_amax_both_kernel, grid, nw, args[4:], x.dtype) + tuple(t.data_ptr() % 16 for t in args[:3]), args)
