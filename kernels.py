@@ -1070,16 +1070,21 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
 # runs: either way runs are reproducible from torch.manual_seed. It is defined with
 # torch.library.Library, not the @custom_op decorator: a compiled graph calls it hundreds of times a
 # step, and the decorator's Python dispatch costs ~10 us more per call (bench/launch_bench.py).
+# The operators take any strides (their bodies call .contiguous()): tagged flexible_layout, Inductor
+# hands every quantization of an operand one buffer; with its default (exact strides) an operand made
+# by a fused kernel (a norm's output, a cast gradient) was written once per quantization reading it.
 _LIB = torch.library.Library("nanofp4", "DEF")
+_FLEX = (torch.Tag.flexible_layout,)
 _LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
-            "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None, Tensor? amax=None) -> Tensor")
+            "bool block_2d, int dim, int seed, bool keep_rotated, Tensor? seed_t=None, Tensor? amax=None) -> Tensor",
+            tags=_FLEX)
 # an operand kept packed (quantize's codes, scales and tensor scale) and its dequantization:
 _LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode, Tensor? signs, int dim, "
-            "Tensor? amax=None) -> (Tensor, Tensor, Tensor)")
+            "Tensor? amax=None) -> (Tensor, Tensor, Tensor)", tags=_FLEX)
 # the e4m3 tensor amax of a 2-D tensor along its rows and its columns, from one read (tensor_amax_both)
-_LIB.define("tensor_amax_both(Tensor x, Tensor signs, bool row_rht) -> Tensor")
+_LIB.define("tensor_amax_both(Tensor x, Tensor signs, bool row_rht) -> Tensor", tags=_FLEX)
 _LIB.define("dequantize(Tensor codes, Tensor scales, Tensor tensor_scale, float[] levels, int block, "
-            "str scale_mode, Tensor? signs, bool keep_rotated, ScalarType out_dtype) -> Tensor")
+            "str scale_mode, Tensor? signs, bool keep_rotated, ScalarType out_dtype) -> Tensor", tags=_FLEX)
 
 
 def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str, sr: bool,
@@ -1092,23 +1097,23 @@ def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str,
         seed = seed_t
     elif sr and seed < 0:
         seed = int(torch.randint(2**31 - 1, ()))
-    return fake_quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
+    return fake_quantize(x.contiguous(), levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
                          rht_signs=signs, block_2d=block_2d, dim=dim, seed=seed,
                          keep_rotated=keep_rotated, tensor_amax=amax)
 
 
 def quantize_codes_op(x, levels, block, scale_mode, signs, dim, amax=None):
-    return quantize(x, levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs, dim=dim,
-                    want_dequant=False, tensor_amax=amax)[:3]
+    return quantize(x.contiguous(), levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs,
+                    dim=dim, want_dequant=False, tensor_amax=amax)[:3]
 
 
 def tensor_amax_both_op(x, signs, row_rht):
-    return tensor_amax_both(x, rht_signs=signs, row_rht=row_rht)
+    return tensor_amax_both(x.contiguous(), rht_signs=signs, row_rht=row_rht)
 
 
 def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
-    return dequantize(codes, scales, tensor_scale, levels=tuple(levels), block=block, scale_mode=scale_mode,
-                      rht_signs=signs, keep_rotated=keep_rotated, out_dtype=out_dtype)
+    return dequantize(codes.contiguous(), scales.contiguous(), tensor_scale, levels=tuple(levels), block=block,
+                      scale_mode=scale_mode, rht_signs=signs, keep_rotated=keep_rotated, out_dtype=out_dtype)
 
 
 for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTERPRET themselves)
@@ -1120,7 +1125,7 @@ for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTER
 
 @torch.library.register_fake("nanofp4::fake_quantize")
 def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None, amax=None):
-    return torch.empty_like(x)
+    return x.new_empty(x.shape)
 
 
 @torch.library.register_fake("nanofp4::tensor_amax_both")

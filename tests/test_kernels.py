@@ -595,6 +595,33 @@ def test_codes_operators_and_their_fake_shapes():
     assert_same_bits(compiled(x), roundtrip(x), "compiled roundtrip")
 
 
+def test_operators_take_any_strides():
+    """The operators are declared with a flexible layout, so a compiled graph hands one buffer to all
+    the quantizations of an operand instead of a copy to each: they must then give, for an input of
+    any strides, what they give for its contiguous copy."""
+    ops = torch.ops.nanofp4
+    for op in (ops.fake_quantize, ops.quantize_codes, ops.tensor_amax_both, ops.dequantize):
+        assert torch.Tag.flexible_layout in op.default.tags, op
+    x = make_x((96, 64), torch.bfloat16, seed=13).to(DEV)
+    xt, signs, spec = x.t(), SIGNS.to(DEV), DEQUANT_SPECS[2]      # xt: [64, 96], not contiguous
+    levels = list(spec.levels)
+    assert not xt.is_contiguous()
+    for dim in (-1, 0):
+        assert_same_bits(ops.fake_quantize(xt, levels, 16, "e4m3", False, signs, False, dim, 0, False),
+                         ops.fake_quantize(xt.contiguous(), levels, 16, "e4m3", False, signs, False, dim, 0, False),
+                         f"fake_quantize dim={dim}")
+    got = ops.quantize_codes(xt, levels, 16, "e4m3", signs, 0)
+    want = ops.quantize_codes(xt.contiguous(), levels, 16, "e4m3", signs, 0)
+    for g, w, what in zip(got, want, ("codes", "scales", "tensor scale")):
+        assert_same_bits(g, w, what)
+    assert_same_bits(ops.tensor_amax_both(xt, signs, True), ops.tensor_amax_both(xt.contiguous(), signs, True),
+                     "tensor_amax_both")
+    codes, scales, t = want                                        # codes [96, 32]: the columns' blocks
+    codes_t = codes.t().contiguous().t()                           # the same values, column-major
+    assert_same_bits(ops.dequantize(codes_t, scales, t, levels, 16, "e4m3", signs, False, torch.float32),
+                     ops.dequantize(codes, scales, t, levels, 16, "e4m3", signs, False, torch.float32), "dequantize")
+
+
 def test_dequantize_bad_inputs_give_clear_errors():
     spec = quant.QuantSpec("e2m1", 16, "e4m3")
     codes, scales, t, _ = kernels.quantize(torch.randn(4, 64, device=DEV), **kernel_args(spec, -1))
