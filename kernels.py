@@ -462,11 +462,12 @@ def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr):
 
 @triton.jit
 def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, I64: tl.constexpr,
-               X_BITS: tl.constexpr, ROW_RHT: tl.constexpr, EXACT: tl.constexpr):
+               X_BITS: tl.constexpr, ROW_RHT: tl.constexpr, EXACT: tl.constexpr, SYNC: tl.constexpr):
     """(rows, columns) max |v| (_group_max's) over this program's TR x TC tiles of the [R, C] tensor
     (tile p, p + P, ...): rows rotated along C if ROW_RHT, columns along R. Each tile is loaded twice,
     as the column pass and as the row pass lay it out (xc_ptr: x as _tile_input gives it columnwise,
-    xw_ptr: rowwise); the second load of a tile finds it in the cache, so x is read from memory once."""
+    xw_ptr: rowwise); the second load of a tile finds it in the cache, so x is read from memory once.
+    SYNC: a barrier between the two, so the second load is issued after the first has arrived."""
     n_c = tl.cdiv(C, TC)
     n_tiles = n_c * tl.cdiv(R, TR)
     acc_c = tl.zeros((TC, TR // 16), tl.int32 if EXACT else tl.float32)
@@ -475,6 +476,8 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
     while i < n_tiles:
         _, _, mask, base = _tile_offsets(i % n_c, i // n_c, C, R, TC, TR // 16, True, I64)
         acc_c = _max_nan(acc_c, _group_max(_load_tile(xc_ptr, base, mask, C, True, X_BITS), signs, True, EXACT))
+        if SYNC:
+            tl.debug_barrier()
         _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
         acc_r = _max_nan(acc_r, _group_max(_load_tile(xw_ptr, base, mask, R, False, X_BITS), signs, ROW_RHT,
                                            EXACT))
@@ -525,15 +528,16 @@ def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K,
 
 @triton.jit
 def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, TC: tl.constexpr,
-                      I64: tl.constexpr, X_BITS: tl.constexpr, ROW_RHT: tl.constexpr, COLS: tl.constexpr):
+                      I64: tl.constexpr, X_BITS: tl.constexpr, ROW_RHT: tl.constexpr, COLS: tl.constexpr,
+                      SYNC: tl.constexpr):
     """amax_ptr[0], [1] = max of the (rows, columns) tensor amax passes of the [R, C] tensor x (those of
     _amax_kernel or _amax_rht_kernel: rows rotated if ROW_RHT, columns always) from one read of x:
     the fast maxima of _both_amax, its exact ones where the program met a non-finite group. COLS = C,
     a compile-time constant as in the column pass."""
     signs = _signs(signs_ptr)
-    amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, X_BITS, ROW_RHT, False)
+    amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, X_BITS, ROW_RHT, False, SYNC)
     if not ((amax_r < float("inf")) & (amax_c < float("inf"))):
-        amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, X_BITS, ROW_RHT, True)
+        amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, X_BITS, ROW_RHT, True, SYNC)
     tl.atomic_max(amax_ptr, ((amax_r * 0.25) if ROW_RHT else amax_r).to(tl.int32, bitcast=True))
     tl.atomic_max(amax_ptr + 1, (amax_c * 0.25).to(tl.int32, bitcast=True))
 
@@ -670,7 +674,7 @@ _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row
                     "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
-_AMAX_TILES = {"flat": (8192, 8), "row": (1, 256, 4), "col": (64, 4, 4), "both": (64, 64, 4)}
+_AMAX_TILES = {"flat": (8192, 8), "row": (1, 256, 4), "col": (64, 4, 4), "both": (64, 64, 4, True)}
 _AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1), "both": (32, 32, 1)}
 _AMAX_PROGRAMS_PER_SM = 8
 
@@ -811,7 +815,8 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     """The tensor amax of a 2-D [R, C] tensor along its rows (dim -1, rotated if row_rht) and along its
     columns (dim 0, rotated), from one read: fp32 [2], the values tensor_amax gives for each (the
     e4m3 first pass of an operand quantized both ways; quantize takes either as tensor_amax).
-    tile: (TR rows, TC columns, num_warps), 16 times powers of two; programs: the persistent grid."""
+    tile: (TR rows, TC columns, num_warps[, sync]), TR and TC 16 times powers of two (sync: _both_amax's
+    SYNC); programs: the persistent grid."""
     interpret = _check_device(x)
     if x.dtype not in _FLOATS or x.dim() != 2 or x.shape[0] % 16 or x.shape[1] % 16 or not x.is_contiguous():
         raise ValueError(f"tensor_amax_both reads a contiguous bf16 or fp32 [R, C] tensor, R and C multiples of "
@@ -820,7 +825,7 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     amax = torch.zeros(2, dtype=torch.int32, device=x.device)
     if x.numel() == 0:
         return amax.view(torch.float32)
-    tr, tc, nw = tile or (_AMAX_TILES_INTERPRET if interpret else _AMAX_TILES)["both"]
+    tr, tc, nw, *sync = tile or (_AMAX_TILES_INTERPRET if interpret else _AMAX_TILES)["both"]
     if tr % 16 or tc % 16 or (tr // 16) & (tr // 16 - 1) or (tc // 16) & (tc // 16 - 1):
         raise ValueError(f"amax tile {tile}: TR and TC must be 16 times powers of two")
     programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
@@ -828,7 +833,7 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     grid = (min(_cdiv(R, tr) * _cdiv(C, tc), programs),)
     xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret)
     args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, tr, tc, x.numel() >= 2**31,
-            xc.dtype == torch.int16, row_rht, C)
+            xc.dtype == torch.int16, row_rht, C, bool(sync and sync[0]))
     _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
             (_amax_both_kernel, grid, nw, args[4:], x.dtype) + tuple(t.data_ptr() % 16 for t in args[:3]), args)
     return amax.view(torch.float32)

@@ -408,15 +408,15 @@ def _rotated(spec_a, spec_b) -> bool:
 
 
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", made=(None, None),
-                   amax_a=None):
+                   amax=(None, None)):
     """Fake-quantize the two operands of one GEMM (but those `made` already, by a GEMM that shares
-    them; amax_a: a's e4m3 tensor amax if known). If both are rotated by the same RHT they stay in the
+    them; amax: their e4m3 tensor amaxes where known). If both are rotated by the same RHT they stay in the
     rotated basis (the product is unchanged); otherwise each is rotated back."""
     both = _rotated(spec_a, spec_b)
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
     qa = made[0] if made[0] is not None else a if spec_a is None else \
-        fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both, amax=amax_a)
-    qb = made[1] if made[1] is not None else b if spec_b is None else _operand(b, spec_b, dim_b, signs, both)
+        fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both, amax=amax[0])
+    qb = made[1] if made[1] is not None else b if spec_b is None else _operand(b, spec_b, dim_b, signs, both, amax[1])
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
             if spec is not None:
@@ -465,11 +465,11 @@ def _packs(recipe) -> bool:
     return recipe.pack_saved and s is not None and s.rounding == "rtne" and not s.block_2d and MONITOR is None
 
 
-def _operand(t, spec, dim, signs, keep_rotated):
+def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     """The GEMM operand of t: fake_quantize(t), or t's dequantization if it is kept packed (QTensor)."""
     if isinstance(t, QTensor):
         return _dequantize(t, keep_rotated)
-    return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated)
+    return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
 
 
 def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others, amax=None):
@@ -522,41 +522,48 @@ class _QLinearFn(torch.autograd.Function):
     W comes as parts [N_i, K] in groups of sizes[g] parts (quant.linears), each group one GEMM over
     its parts joined along N and one output; all read X, so X is quantized once per role and the
     groups' dX GEMMs add up. Only the parts are kept, and X as is, or (recipe.pack_saved) as its
-    wgrad operand's codes + scales."""
+    wgrad operand's codes + scales. Where an operand takes e4m3 scales both ways, its two tensor
+    amaxes come from one read (_amax_both): X's and W's in the forward (W's column one kept for
+    dgrad), dY's in the backward."""
 
     @staticmethod
     def forward(ctx, x, bias, recipe, signs, layer, sizes, *w_parts):
         x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
         groups = _grouped(w_parts, sizes)
         biases = [None] * len(groups) if bias is None else bias.split([sum(p.shape[0] for p in g) for g in groups])
-        qx, ys = None, []
+        qx, ys, amax_w = None, [], []
         packs = _packs(recipe)
         amax = _amax_both(x2, recipe.fprop_x, recipe.wgrad_x, signs) if packs else (None, None)
         for g, b in zip(groups, biases):
             w = _joined(g)                                              # [N_g, K]
+            aw = _amax_both(w, recipe.fprop_w, recipe.dgrad_w, signs)
             qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer,
-                                    made=(qx, None), amax_a=amax[0])
+                                    made=(qx, None), amax=(amax[0], aw[0]))
             y = qx @ qw.t()                                             # [M, N_g]
             ys.append((y if b is None else y + b).reshape(*x.shape[:-1], w.shape[0]))
-        keep_for_backward(ctx, x2, recipe, signs, packs, *w_parts, amax=amax[1])
+            amax_w.append(aw[1])
+        ctx.n_amax_w = len(amax_w) if all(a is not None for a in amax_w) else 0
+        keep_for_backward(ctx, x2, recipe, signs, packs, *w_parts, *amax_w[:ctx.n_amax_w], amax=amax[1])
         ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer, ctx.sizes = recipe, signs, bias is not None, layer, sizes
         return tuple(ys) if len(ys) > 1 else ys[0]
 
     @staticmethod
     def backward(ctx, *dys):
         r, signs = ctx.recipe, ctx.signs
-        x2, w_parts = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
+        x2, kept = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
+        n = len(kept) - ctx.n_amax_w
+        w_parts, amax_w = kept[:n], kept[n:] or [None] * len(ctx.sizes)
         dx = qx = None
         dws, dbs = [], []
-        for dy, g in zip(dys, _grouped(tuple(w_parts), ctx.sizes)):
+        for dy, g, aw in zip(dys, _grouped(tuple(w_parts), ctx.sizes), amax_w):
             w = _joined(g)
             dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)              # [M, N_g]
             amax = _amax_both(dy2, r.dgrad_dy, r.wgrad_dy, signs)
             qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
-                                     amax_a=amax[0])
+                                     amax=(amax[0], aw))
             dx = qdy @ qw if dx is None else torch.addmm(dx, qdy, qw)  # [M, K]
             qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                     made=(None, qx), amax_a=amax[1])
+                                     made=(None, qx), amax=(amax[1], None))
             dws += (qdy.t() @ qx).split([p.shape[0] for p in g])        # [N_i, K] each
             if ctx.has_bias:
                 dbs.append(dy2.sum(0))

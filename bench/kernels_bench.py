@@ -43,7 +43,8 @@ PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
               "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)],
-              "both": [(64, 64, 4), (32, 64, 2), (64, 128, 4), (128, 64, 4), (32, 128, 4)]}  # (TR, TC, num_warps)
+              "both": [(64, 64, 4), (32, 64, 2), (64, 128, 4), (128, 64, 4), (32, 128, 4),  # (TR, TC, num_warps,
+                       (64, 64, 4, True), (32, 64, 2, True), (32, 128, 4, True), (16, 64, 1, True)]}  # sync)
 AMAX_PROGRAMS_PER_SM = [2, 4, 8, 16]
 AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0), "both": (True, None)}  # kind: (RHT, dim)
 

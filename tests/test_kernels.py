@@ -290,8 +290,8 @@ def test_tensor_amax_both_and_quantize_given_it(dtype):
         x = make_x(shape, dtype, seed=30 + case)
         if case != 1:
             x[17 % shape[0], 5], x[-1, 3] = float("inf"), float("nan")
-        for row_rht in (True, False):
-            got = kernels.tensor_amax_both(x.to(DEV), rht_signs=SIGNS.to(DEV), row_rht=row_rht)
+        for row_rht, tile in ((True, None), (False, None), (True, (32, 32, 1, True))):  # True: SYNC
+            got = kernels.tensor_amax_both(x.to(DEV), rht_signs=SIGNS.to(DEV), row_rht=row_rht, tile=tile)
             for i, dim in enumerate((-1, 0)):
                 xr = rht.rht(x.float(), SIGNS, dim=dim) if row_rht or dim == 0 else x.float()
                 want = torch.where(torch.isfinite(xr), xr.abs(), 0.0).amax()
