@@ -552,10 +552,13 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr):
+                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
+                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
-    COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0."""
+    COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
+    OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
+    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined)."""
     pid_g = tl.program_id(0)
     pid_m = tl.program_id(1)
     if COLWISE:
@@ -623,7 +626,11 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         tl.store(tscale_ptr, t)
     if WANT_DEQUANT:
         qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | (xbits & -2147483648))  # ±level (-0.0 kept)
-        _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, M, COLWISE, RHT,
+        step = M
+        if OUT_STRIDE != 0:  # element e of x goes to out's row e // OUT_ROW (a group never spans rows)
+            base = base // OUT_ROW * OUT_STRIDE + base % OUT_ROW
+            step = OUT_STRIDE
+        _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, step, COLWISE, RHT,
                        KEEP_ROTATED, OUT_MODE)
 
 
@@ -871,7 +878,8 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
              sr: bool = False, rht_signs: Optional[torch.Tensor] = None, block_2d: bool = False,
              dim: int = -1, seed=0, out_dtype: Optional[torch.dtype] = None,
              keep_rotated: bool = False, want_codes: bool = True, want_dequant: bool = True,
-             tile: Optional[tuple] = None, fast_div: bool = True, tensor_amax: Optional[torch.Tensor] = None):
+             tile: Optional[tuple] = None, fast_div: bool = True, tensor_amax: Optional[torch.Tensor] = None,
+             out: Optional[torch.Tensor] = None):
     """Quantize x along dim with one fused kernel (plus a tensor-amax pass for e4m3 scales).
 
     levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
@@ -884,7 +892,8 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     by FMA-corrected reciprocal multiplication (_div_fast, same bits) instead of IEEE division (GPUs;
     the interpreter where INTERPRET_FAST_DIV says its FMA is fused); tensor_amax (e4m3): x's tensor amax
     along dim, as tensor_amax or tensor_amax_both computed it (fp32, one element on x's device): the
-    first pass is then skipped.
+    first pass is then skipped; out: where to write the dequantized tensor (x's shape and out_dtype; for a
+    2-D x also a slice of a wider tensor, out[:, a:b], with strides (S, 1)).
     Returns (codes, scales, tensor_scale, dequant): codes uint8 [..., K/2] and scales [..., K/block]
     (block_2d: [M/16, K/16]) laid out with the quantized dim last, as quant.quantize stores them
     (fp32 | float8_e4m3fn | uint8 e8m0 biased exponent), or None without want_codes; tensor_scale a
@@ -895,22 +904,23 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     if not x.is_contiguous():
         raise ValueError(f"quantize reads a contiguous row-major tensor; got shape {tuple(x.shape)} with "
                          f"strides {x.stride()}: call .contiguous() first")
+    dev = x.device
+    out_stride = 0 if out is None else _out_stride(x, out, out_dtype or x.dtype, want_dequant)
     p = _plan(tuple(x.shape), x.dtype, interpret, tuple(levels), block, scale_mode, sr, rht_signs is not None,
               block_2d, dim, out_dtype or x.dtype, keep_rotated, want_codes, want_dequant,
-              None if tile is None else tuple(tile), fast_div)
-    dev = x.device
+              None if tile is None else tuple(tile), fast_div, out_stride)
     _check_signs(rht_signs, dev)
     seed_t = seed if isinstance(seed, torch.Tensor) else None
     if seed_t is not None and (seed_t.numel() != 1 or seed_t.dtype != torch.int32 or seed_t.device != dev):
         raise ValueError(f"a seed tensor must be one int32 on {dev}; got {seed_t.dtype} {tuple(seed_t.shape)} "
                          f"on {seed_t.device}")
     tscale = torch.empty((), dtype=torch.float32, device=dev)
-    codes = scales = out = None
+    codes = scales = None
     if want_codes:
         codes = torch.empty(p.codes_shape, dtype=torch.uint8, device=dev)
         scales = torch.empty(p.scales_shape, dtype=torch.float32 if scale_mode == "fp32" else torch.uint8,
                              device=dev)
-    if want_dequant:
+    if want_dequant and out is None:
         out = torch.empty(x.shape, dtype=p.out_dtype, device=dev)
     if x.numel() == 0:
         tscale.fill_(1.0)
@@ -932,12 +942,27 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
             codes.view(torch.int64) if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
             seed_t is not None) + p.constexprs
-    aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16)
+    aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16,
+               out.data_ptr() % 16 if want_dequant else 0)
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
     _launch(_quantize_kernel, p.grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
     if want_codes and scale_mode == "e4m3":
         scales = scales.view(torch.float8_e4m3fn)
     return codes, scales, tscale, out
+
+
+def _out_stride(x: torch.Tensor, out: torch.Tensor, out_dtype: torch.dtype, want_dequant: bool) -> int:
+    """quantize's OUT_STRIDE for a given out: 0 where it is laid out as x, else its row stride."""
+    if not want_dequant or out.shape != x.shape or out.dtype != out_dtype or out.device != x.device:
+        raise ValueError(f"out must be a {out_dtype} tensor of x's shape {tuple(x.shape)} on {x.device}, for the "
+                         f"dequantized output; got {out.dtype} {tuple(out.shape)} on {out.device}"
+                         + ("" if want_dequant else " with want_dequant=False"))
+    if out.is_contiguous():
+        return 0
+    if x.dim() != 2 or out.stride(1) != 1 or out.stride(0) < x.shape[1]:
+        raise ValueError(f"out must be contiguous, or for a 2-D x a slice of a wider tensor's columns (strides (S, 1)); "
+                         f"got strides {out.stride()} for shape {tuple(out.shape)}")
+    return out.stride(0)
 
 
 class _Plan(NamedTuple):
@@ -957,7 +982,7 @@ class _Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=4096)
 def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d, dim, out_dtype, keep_rotated,
-          want_codes, want_dequant, tile, fast_div) -> _Plan:
+          want_codes, want_dequant, tile, fast_div, out_stride=0) -> _Plan:
     """Validate quantize()'s arguments once per combination (bad ones raise, and are not cached) and
     lay out its launch: sizes, grid, output shapes and the kernel's constexpr arguments."""
     colwise, kq = _check(shape, dtype, levels, block, scale_mode, rht, block_2d, dim, out_dtype, want_codes,
@@ -971,10 +996,12 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     x_bits = interpret and dtype == torch.bfloat16 and colwise  # as _tile_input gives x
     fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
-    constexprs = (bm, ng, block, block_2d, colwise, numel >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
+    rows = numel // shape[-1] if shape[-1] else 0
+    constexprs = (bm, ng, block, block_2d, colwise, max(numel, rows * out_stride) >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
                   sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
-                  PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0)
+                  PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
+                  shape[-1], out_stride)
     return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
@@ -1007,6 +1034,31 @@ def _launch(kernel, grid, interpret: bool, options: tuple, key, args: tuple):
 def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:
     """Only the dequantized tensor of quantize(x, **kwargs) (the emulated-GEMM operand)."""
     return quantize(x, want_codes=False, want_dequant=True, **kwargs)[3]
+
+
+def fake_quantize_joined(xs, *, join: int = 1, seeds=None, tensor_amaxes=None, out_dtype=None,
+                         **kwargs) -> torch.Tensor:
+    """The 2-D parts xs joined along dim `join` (weights [N_i, K] along 0, output gradients [M, N_i]
+    along 1), each fake-quantized on its own as fake_quantize(xs[i], **kwargs) with seed seeds[i] and
+    tensor_amax tensor_amaxes[i] (or None) does, and written straight into its place in the joined
+    tensor: one operand for one GEMM, each part keeping its own e4m3 tensor scale and SR draws."""
+    if not xs or any(x.dim() != 2 for x in xs) or len({x.shape[1 - join] for x in xs}) != 1 or join not in (0, 1):
+        raise ValueError(f"fake_quantize_joined joins 2-D tensors along dim 0 or 1 that agree on the other; got "
+                         f"join={join} and shapes {[tuple(x.shape) for x in xs]}")
+    seeds = [0] * len(xs) if seeds is None else seeds
+    amaxes = [None] * len(xs) if tensor_amaxes is None else tensor_amaxes
+    if len(seeds) != len(xs) or len(amaxes) != len(xs):
+        raise ValueError(f"one seed and one tensor_amax for each of the {len(xs)} parts; got {len(seeds)} and "
+                         f"{len(amaxes)}")
+    shape = list(xs[0].shape)
+    shape[join] = sum(x.shape[join] for x in xs)
+    out = torch.empty(shape, dtype=out_dtype or xs[0].dtype, device=xs[0].device)
+    at = 0
+    for x, seed, amax in zip(xs, seeds, amaxes):
+        quantize(x, want_codes=False, want_dequant=True, seed=seed, tensor_amax=amax, out_dtype=out.dtype,
+                 out=out.narrow(join, at, x.shape[join]), **kwargs)
+        at += x.shape[join]
+    return out
 
 
 _SCALE_DTYPES = {"fp32": torch.float32, "e4m3": torch.float8_e4m3fn, "e8m0": torch.uint8}  # as stored
@@ -1086,6 +1138,11 @@ _LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, 
 # an operand kept packed (quantize's codes, scales and tensor scale) and its dequantization:
 _LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode, Tensor? signs, int dim, "
             "Tensor? amax=None) -> (Tensor, Tensor, Tensor)", tags=_FLEX)
+# 2-D parts fake-quantized each on its own into one tensor joined along dim `join` (fake_quantize_joined);
+# seed_t: one int32 seed per part (SR), amaxes: one e4m3 tensor amax per part, or none
+_LIB.define("fake_quantize_joined(Tensor[] xs, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
+            "bool block_2d, int dim, int join, bool keep_rotated, Tensor? seed_t, Tensor[] amaxes) -> Tensor",
+            tags=_FLEX)
 # the e4m3 tensor amax of a 2-D tensor along its rows and its columns, from one read (tensor_amax_both)
 _LIB.define("tensor_amax_both(Tensor x, Tensor signs, bool row_rht) -> Tensor", tags=_FLEX)
 _LIB.define("dequantize(Tensor codes, Tensor scales, Tensor tensor_scale, float[] levels, int block, "
@@ -1107,6 +1164,18 @@ def fake_quantize_op(x: torch.Tensor, levels: list, block: int, scale_mode: str,
                          keep_rotated=keep_rotated, tensor_amax=amax)
 
 
+def fake_quantize_joined_op(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotated, seed_t,
+                            amaxes):
+    """The op's body; SR's seeds as fake_quantize_op's, seed_t holding one per part."""
+    if seed_t is not None:
+        seeds = [seed_t[i:i + 1] for i in range(len(xs))]
+    else:
+        seeds = [int(torch.randint(2**31 - 1, ())) if sr else 0 for _ in xs]
+    return fake_quantize_joined([x.contiguous() for x in xs], join=join, seeds=seeds, tensor_amaxes=amaxes or None,
+                                levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr, rht_signs=signs,
+                                block_2d=block_2d, dim=dim, keep_rotated=keep_rotated)
+
+
 def quantize_codes_op(x, levels, block, scale_mode, signs, dim, amax=None):
     return quantize(x.contiguous(), levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs,
                     dim=dim, want_dequant=False, tensor_amax=amax)[:3]
@@ -1123,6 +1192,7 @@ def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs,
 
 for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTERPRET themselves)
     _LIB.impl("fake_quantize", fake_quantize_op, _key)
+    _LIB.impl("fake_quantize_joined", fake_quantize_joined_op, _key)
     _LIB.impl("quantize_codes", quantize_codes_op, _key)
     _LIB.impl("dequantize", dequantize_op, _key)
     _LIB.impl("tensor_amax_both", tensor_amax_both_op, _key)
@@ -1131,6 +1201,13 @@ for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTER
 @torch.library.register_fake("nanofp4::fake_quantize")
 def _(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None, amax=None):
     return x.new_empty(x.shape)
+
+
+@torch.library.register_fake("nanofp4::fake_quantize_joined")
+def _(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotated, seed_t, amaxes):
+    shape = list(xs[0].shape)
+    shape[join] = sum(x.shape[join] for x in xs)
+    return xs[0].new_empty(shape)
 
 
 @torch.library.register_fake("nanofp4::tensor_amax_both")

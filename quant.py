@@ -30,7 +30,6 @@ quantize, dequantize to bf16, multiply with fp32 accumulation. The full contract
 """
 
 import dataclasses
-import itertools
 import logging
 import math
 import os
@@ -407,16 +406,13 @@ def _rotated(spec_a, spec_b) -> bool:
     return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
 
 
-def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", made=(None, None),
-                   amax=(None, None)):
-    """Fake-quantize the two operands of one GEMM (but those `made` already, by a GEMM that shares
-    them; amax: their e4m3 tensor amaxes where known). If both are rotated by the same RHT they stay in the
-    rotated basis (the product is unchanged); otherwise each is rotated back."""
+def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", amax=(None, None)):
+    """Fake-quantize the two operands of one GEMM (_operand; amax: their e4m3 tensor amaxes where
+    known). If both are rotated by the same RHT they stay in the rotated basis (the product is
+    unchanged); otherwise each is rotated back."""
     both = _rotated(spec_a, spec_b)
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
-    qa = made[0] if made[0] is not None else a if spec_a is None else \
-        fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both, amax=amax[0])
-    qb = made[1] if made[1] is not None else b if spec_b is None else _operand(b, spec_b, dim_b, signs, both, amax[1])
+    qa, qb = _operand(a, spec_a, dim_a, signs, both, amax[0]), _operand(b, spec_b, dim_b, signs, both, amax[1])
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
             if spec is not None:
@@ -465,13 +461,6 @@ def _packs(recipe) -> bool:
     return recipe.pack_saved and s is not None and s.rounding == "rtne" and not s.block_2d and MONITOR is None
 
 
-def _operand(t, spec, dim, signs, keep_rotated, amax=None):
-    """The GEMM operand of t: fake_quantize(t), or t's dequantization if it is kept packed (QTensor)."""
-    if isinstance(t, QTensor):
-        return _dequantize(t, keep_rotated)
-    return fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
-
-
 def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others, amax=None):
     """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs (amax:
     that operand's e4m3 tensor amax if known)."""
@@ -508,67 +497,89 @@ def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
     return a[0], a[1]
 
 
-def _grouped(parts: tuple, sizes: tuple) -> list:
-    """parts cut into consecutive groups of sizes[g] parts."""
-    return [parts[end - n:end] for n, end in zip(sizes, itertools.accumulate(sizes))]
+class _Parts(tuple):
+    """2-D tensors joined along dim `join` into one GEMM operand: weights [N_i, K] (join 0), or the
+    output gradients [M, N_i] (join 1) of linears that read one input (quant.linears)."""
+
+    def __new__(cls, tensors, join: int):
+        parts = super().__new__(cls, tensors)
+        parts.join = join
+        return parts
 
 
-def _joined(parts: tuple) -> torch.Tensor:
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
+def _operand(t, spec, dim, signs, keep_rotated, amax=None):
+    """The GEMM operand of t: fake_quantize(t); t's dequantization if it is kept packed (QTensor); or
+    for _Parts, each part quantized on its own (its own e4m3 tensor scale, amax[i], and SR draws)
+    into its place in the joined operand (blocks never span parts: _joinable)."""
+    if isinstance(t, QTensor):
+        return _dequantize(t, keep_rotated)
+    if not isinstance(t, _Parts):
+        return t if spec is None else fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
+    amax = amax or [None] * len(t)
+    if spec is None or len(t) == 1 or not _use_kernels(t[0]):
+        return _joined([_operand(p, spec, dim, signs, keep_rotated, a) for p, a in zip(t, amax)], t.join)
+    import kernels
+    signs = (rht_lib.random_signs(0) if signs is None else signs).to(t[0].device, torch.float32) if spec.rht else None
+    sr, dim = spec.rounding == "sr", dim % 2
+    amaxes = list(amax) if all(a is not None for a in amax) else []
+    if torch.compiler.is_compiling():
+        seed_t = torch.randint(2**31 - 1, (len(t),), dtype=torch.int32, device=t[0].device) if sr else None
+        return torch.ops.nanofp4.fake_quantize_joined(list(t), list(spec.levels), spec.block, spec.scale, sr, signs,
+                                                      spec.block_2d, dim, t.join, keep_rotated, seed_t, amaxes)
+    return kernels.fake_quantize_joined_op(list(t), spec.levels, spec.block, spec.scale, sr, signs, spec.block_2d,
+                                           dim, t.join, keep_rotated, None, amaxes)
+
+
+def _joined(parts, join: int = 0) -> torch.Tensor:
+    return torch.cat(parts, join) if len(parts) > 1 else parts[0]
 
 
 class _QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
-    W comes as parts [N_i, K] in groups of sizes[g] parts (quant.linears), each group one GEMM over
-    its parts joined along N and one output; all read X, so X is quantized once per role and the
-    groups' dX GEMMs add up. Only the parts are kept, and X as is, or (recipe.pack_saved) as its
-    wgrad operand's codes + scales. Where an operand takes e4m3 scales both ways, its two tensor
-    amaxes come from one read (_amax_both): X's and W's in the forward (W's column one kept for
-    dgrad), dY's in the backward."""
+    W comes as parts [N_i, K] (quant.linears), joined along N into one GEMM of each kind; one output
+    per part. Each part (and its output's gradient dY) is quantized on its own, so e4m3 scales keep
+    a tensor scale per weight, as the layers apart do. All read X, so X is quantized once per role.
+    Only the parts are kept, and X as is, or (recipe.pack_saved) as its wgrad operand's codes +
+    scales. Where an operand takes e4m3 scales both ways, its two tensor amaxes come from one read
+    (_amax_both): X's and W's in the forward (W's column ones kept for dgrad), dY's in the backward."""
 
     @staticmethod
-    def forward(ctx, x, bias, recipe, signs, layer, sizes, *w_parts):
+    def forward(ctx, x, bias, recipe, signs, layer, *w_parts):
+        r = recipe
         x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
-        groups = _grouped(w_parts, sizes)
-        biases = [None] * len(groups) if bias is None else bias.split([sum(p.shape[0] for p in g) for g in groups])
-        qx, ys, amax_w = None, [], []
-        packs = _packs(recipe)
-        amax = _amax_both(x2, recipe.fprop_x, recipe.wgrad_x, signs) if packs else (None, None)
-        for g, b in zip(groups, biases):
-            w = _joined(g)                                              # [N_g, K]
-            aw = _amax_both(w, recipe.fprop_w, recipe.dgrad_w, signs)
-            qx, qw = _gemm_operands(x2, recipe.fprop_x, -1, w, recipe.fprop_w, -1, signs, GEMMS["fprop"], layer,
-                                    made=(qx, None), amax=(amax[0], aw[0]))
-            y = qx @ qw.t()                                             # [M, N_g]
-            ys.append((y if b is None else y + b).reshape(*x.shape[:-1], w.shape[0]))
-            amax_w.append(aw[1])
-        ctx.n_amax_w = len(amax_w) if all(a is not None for a in amax_w) else 0
-        keep_for_backward(ctx, x2, recipe, signs, packs, *w_parts, *amax_w[:ctx.n_amax_w], amax=amax[1])
-        ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer, ctx.sizes = recipe, signs, bias is not None, layer, sizes
-        return tuple(ys) if len(ys) > 1 else ys[0]
+        packs = _packs(r)
+        amax = _amax_both(x2, r.fprop_x, r.wgrad_x, signs) if packs else (None, None)
+        amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
+        w = _Parts(w_parts, 0) if len(w_parts) > 1 else w_parts[0]     # [N, K] joined
+        qx, qw = _gemm_operands(x2, r.fprop_x, -1, w, r.fprop_w, -1, signs, GEMMS["fprop"], layer,
+                                amax=(amax[0], [a[0] for a in amax_w] if len(w_parts) > 1 else amax_w[0][0]))
+        y = qx @ qw.t()                                                 # [M, N]
+        y = (y if bias is None else y + bias).reshape(*x.shape[:-1], y.shape[-1])
+        cols = [a[1] for a in amax_w]
+        ctx.amax_w = all(a is not None for a in cols)
+        keep_for_backward(ctx, x2, r, signs, packs, *w_parts, *(cols if ctx.amax_w else ()), amax=amax[1])
+        ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer, ctx.n = recipe, signs, bias is not None, layer, len(w_parts)
+        return y.split([p.shape[0] for p in w_parts], -1) if len(w_parts) > 1 else y
 
     @staticmethod
     def backward(ctx, *dys):
-        r, signs = ctx.recipe, ctx.signs
+        r, signs, n = ctx.recipe, ctx.signs, ctx.n
         x2, kept = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
-        n = len(kept) - ctx.n_amax_w
-        w_parts, amax_w = kept[:n], kept[n:] or [None] * len(ctx.sizes)
-        dx = qx = None
-        dws, dbs = [], []
-        for dy, g, aw in zip(dys, _grouped(tuple(w_parts), ctx.sizes), amax_w):
-            w = _joined(g)
-            dy2 = dy.reshape(-1, dy.shape[-1]).to(w.dtype)              # [M, N_g]
-            amax = _amax_both(dy2, r.dgrad_dy, r.wgrad_dy, signs)
-            qdy, qw = _gemm_operands(dy2, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
-                                     amax=(amax[0], aw))
-            dx = qdy @ qw if dx is None else torch.addmm(dx, qdy, qw)  # [M, K]
-            qdy, qx = _gemm_operands(dy2, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                     made=(None, qx), amax=(amax[1], None))
-            dws += (qdy.t() @ qx).split([p.shape[0] for p in g])        # [N_i, K] each
-            if ctx.has_bias:
-                dbs.append(dy2.sum(0))
-        db = torch.cat(dbs) if ctx.has_bias else None
-        return (dx.reshape(*dys[0].shape[:-1], dx.shape[-1]), db, None, None, None, None, *dws)
+        w_parts, amax_w = kept[:n], (kept[n:] if ctx.amax_w else [None] * n)
+        dy_parts = [dy.reshape(-1, dy.shape[-1]).to(w_parts[0].dtype) for dy in dys]   # [M, N_i]
+        amax = [_amax_both(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
+        one = n == 1
+        dy, w = (dy_parts[0], w_parts[0]) if one else (_Parts(dy_parts, 1), _Parts(w_parts, 0))
+        amax_rows, amax_cols = [a[0] for a in amax], [a[1] for a in amax]
+        qdy, qw = _gemm_operands(dy, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
+                                 amax=(amax_rows[0], amax_w[0]) if one else (amax_rows, amax_w))
+        dx = qdy @ qw                                                   # [M, K]
+        qdy, qx = _gemm_operands(dy, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
+                                 amax=(amax_cols[0] if one else amax_cols, None))
+        dw = qdy.t() @ qx                                               # [N, K]
+        dws = dw.split([p.shape[0] for p in w_parts]) if not one else (dw,)
+        db = _joined([d.sum(0) for d in dy_parts]) if ctx.has_bias else None
+        return (dx.reshape(*dys[0].shape[:-1], dx.shape[-1]), db, None, None, None, *dws)
 
 
 def set_rht(module: nn.Module, seed: int):
@@ -580,17 +591,16 @@ def set_rht(module: nn.Module, seed: int):
         module.rht_signs.copy_(rht_lib.random_signs(seed))
 
 
-def _qlinear(x, weights, bias, recipe, signs, layer, sizes=None):
+def _qlinear(x, weights, bias, recipe, signs, layer):
     """x·[weights joined along N]ᵀ + bias through _QLinearFn, in the autocast dtype (autocast itself
-    off inside); weights: one tensor or a tuple of them, in GEMM groups of `sizes` (default: one);
-    signs: the RHT signs (a module's buffer)."""
+    off inside); weights: one tensor, or a tuple of them (then one output each); signs: the RHT
+    signs (a module's buffer)."""
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
     parts = weights if isinstance(weights, tuple) else (weights,)
     with torch.autocast(dev, enabled=False):
         b = None if bias is None else bias.to(dtype)
-        return _QLinearFn.apply(x.to(dtype), b, recipe, signs, layer, sizes or (len(parts),),
-                                *(w.to(dtype) for w in parts))
+        return _QLinearFn.apply(x.to(dtype), b, recipe, signs, layer, *(w.to(dtype) for w in parts))
 
 
 class QLinear(nn.Linear):
@@ -639,19 +649,15 @@ def _joinable(layers) -> bool:
 def linears(x, *layers):
     """(layer(x) for layer in layers) for linears that read the same x (q, k, v; w1, w3). Quantized
     ones that can (_joinable) share one _QLinearFn: x is quantized once per role instead of once per
-    layer, and the backward makes one dX. Their weights join along N into one GEMM, or, with e4m3
-    scales (a tensor scale per weight and per dY, not one spanning them), make one GEMM each. The
-    blocks are the same as apart; the sums of dX and the stochastic-rounding draws are grouped
+    layer, and their weights join along N into one GEMM of each kind (one dX, no sum of three).
+    Every weight and output gradient is quantized as the layers apart quantize it (its own e4m3
+    tensor scale too); the sums of the GEMMs and the stochastic-rounding draws are grouped
     differently."""
     if len(layers) < 2 or not _joinable(layers):
         return tuple(layer(x) for layer in layers)
     bias = None if all(m.bias is None for m in layers) else torch.cat(
         [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
-    recipe = layers[0].recipe
-    apart = any(s is not None and s.scale == "e4m3" for s in recipe.specs().values())
-    ys = _qlinear(x, tuple(m.weight for m in layers), bias, recipe, layers[0].rht_signs, "",
-                  (1,) * len(layers) if apart else (len(layers),))
-    return ys if apart else ys.split([m.out_features for m in layers], dim=-1)
+    return _qlinear(x, tuple(m.weight for m in layers), bias, layers[0].recipe, layers[0].rht_signs, "")
 
 
 def convert(model: nn.Module, recipe) -> nn.Module:

@@ -473,6 +473,97 @@ def test_pack_saved_through_the_kernels(name, compiled):
         quant.set_backend("auto")
 
 
+SLICE_SPECS = [quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True), quant.QuantSpec("e1m2", 16, "e4m3", rht=True),
+               quant.QuantSpec("e2m1", 16, "e4m3", block_2d=True), quant.QuantSpec("e2m1", 32, "e8m0"),
+               quant.QuantSpec("int4", 16, "fp32")]
+
+
+@pytest.mark.parametrize("spec", SLICE_SPECS)
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_quantize_into_a_slice(spec, dim):
+    """quantize(out=) writes the dequantized tensor into columns of a wider tensor: those columns get
+    the bits of a fresh output, and nothing else is written."""
+    if spec.block_2d and dim == 0:
+        return
+    x = make_x((64, 32), torch.bfloat16, seed=11).to(DEV)
+    want = kernels.quantize(x, **kernel_args(spec, dim, seed=77))
+    wide = torch.full((64, 96), 7.0, dtype=torch.bfloat16, device=DEV)
+    got = kernels.quantize(x, **kernel_args(spec, dim, seed=77, out=wide[:, 32:64]))
+    for g, w, what in zip(got, want, ("codes", "scales", "tensor scale", "dequant")):
+        assert_same_bits(g, w, what)
+    assert_same_bits(wide[:, 32:64], want[3], "the slice")
+    assert torch.all(wide[:, :32] == 7.0) and torch.all(wide[:, 64:] == 7.0)
+    column_major = torch.empty(32, 64, dtype=x.dtype, device=DEV).t()
+    for out, message in ((wide[:, :31], "of x's shape"), (column_major, r"strides \(S, 1\)"),
+                         (wide[:, :32].float(), "of x's shape")):
+        with pytest.raises(ValueError, match=message):
+            kernels.quantize(x, **kernel_args(spec, dim, out=out))
+
+
+@pytest.mark.parametrize("spec", [quant.QuantSpec("e1m2", 16, "e4m3", "sr", rht=True),
+                                  quant.QuantSpec("e2m1", 16, "e4m3", rht=True), quant.QuantSpec("e2m1", 32, "e8m0")])
+def test_fake_quantize_joined_equals_the_parts(spec):
+    """fake_quantize_joined (and its operator) gives each part's own bits, its own tensor amax and
+    SR seed, in its place of the joined tensor: output gradients [M, N_i] along dim 1 (quantized
+    along rows or columns), weights [N_i, K] along dim 0."""
+    ops, signs = torch.ops.nanofp4, SIGNS.to(DEV)
+    parts1 = [make_x((32, n), torch.bfloat16, seed=20 + n).to(DEV) for n in (64, 32, 32)]
+    parts0 = [p.t().contiguous() for p in parts1]
+    for parts, join in ((parts1, 1), (parts0, 0)):
+        for dim in (-1, 0):
+            kw = kernel_args(spec, dim)
+            e4m3 = spec.scale == "e4m3"
+            amaxes = [kernels.tensor_amax(p, rht_signs=kw["rht_signs"], dim=dim) for p in parts] if e4m3 else None
+            seeds = [5, 6, 7]
+            want = torch.cat([kernels.fake_quantize(p, seed=s, **kw) for p, s in zip(parts, seeds)], join)
+            got = kernels.fake_quantize_joined(parts, join=join, seeds=seeds, tensor_amaxes=amaxes, **kw)
+            assert_same_bits(got, want, f"join={join} dim={dim}")
+            if e4m3:  # the amaxes found by the first passes are the ones given
+                assert_same_bits(kernels.fake_quantize_joined(parts, join=join, seeds=seeds, **kw), want, "no amax")
+            seed_t = torch.tensor(seeds, dtype=torch.int32, device=DEV)
+            by_op = ops.fake_quantize_joined(parts, list(spec.levels), spec.block, spec.scale, kw["sr"], kw["rht_signs"],
+                                             False, dim, join, False, seed_t, amaxes or [])
+            assert_same_bits(by_op, want, f"operator join={join} dim={dim}")
+    assert torch.Tag.flexible_layout in ops.fake_quantize_joined.default.tags
+    with pytest.raises(ValueError, match="agree on the other"):
+        kernels.fake_quantize_joined([parts1[0], parts0[0]], join=1, **kernel_args(spec, -1))
+
+
+@pytest.mark.parametrize("name, compiled", [("ufp4-nv", False), ("nvfp4", False), ("ufp4", False),
+                                            ("ufp4-nv", True), ("mxfp4", True)])
+def test_joined_linears_through_the_kernels(name, compiled):
+    """q, k, v in one quantized linear through the kernels (each weight and output gradient quantized
+    into its place of one operand: fake_quantize_joined) against the three layers apart: the same
+    outputs and weight gradients, dX to fp32 rounding (one GEMM instead of a sum of three). Compiled,
+    the joined linear goes through the operators and gives the eager bits (SR off)."""
+    recipe = quant.recipe_from_overrides(name, sr="none", bf16_last="0")
+    torch.manual_seed(0)
+    layers = [quant.QLinear(64, n, bias=False, recipe=recipe, device=DEV) for n in (64, 32, 32)]
+    x = torch.randn(2, 16, 64, device=DEV)
+    g = [torch.randn(2, 16, n, device=DEV) for n in (64, 32, 32)]
+    params = [m.weight for m in layers]
+    quant.set_backend("triton")
+    try:
+        def run(f):
+            xr = x.clone().requires_grad_()
+            ys = f(xr)
+            return list(ys) + list(torch.autograd.grad(ys, [xr] + params, g))
+        joined = run(lambda t: quant.linears(t, *layers))
+        apart = run(lambda t: [m(t) for m in layers])
+        if compiled:
+            by_graph = run(torch.compile(lambda t: quant.linears(t, *layers), backend="aot_eager", fullgraph=True))
+    finally:
+        quant.set_backend("auto")
+    for i, (a, b) in enumerate(zip(joined, apart)):
+        if i == 3:  # dX
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        else:
+            assert_same_bits(a, b, f"output {i}")
+    if compiled:
+        for i, (a, b) in enumerate(zip(by_graph, joined)):
+            assert_same_bits(a, b, f"compiled output {i}")
+
+
 def test_seed_tensor_gives_the_seed_bits():
     """SR's seed read by the kernel from an int32 tensor (compiled graphs draw it on the device) gives
     the bits of the same seed passed as an int; another seed gives other bits."""

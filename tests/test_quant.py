@@ -1046,14 +1046,13 @@ def test_blocks_compiled_apart_share_one_graph():
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name,gemms,bias", [("ufp4", 1, False), ("e2m1", 1, False), ("mxfp4", 1, False),
-                                             ("nvfp4", 3, False), ("ufp4-nv", 3, False), ("bf16", 0, False),
-                                             ("ufp4", 1, True), ("ufp4-nv", 3, True)])
-def test_linears_of_one_input_share_x(name, gemms, bias, monkeypatch):
+@pytest.mark.parametrize("name,bias", [("ufp4", False), ("e2m1", False), ("mxfp4", False), ("nvfp4", False),
+                                       ("ufp4-nv", False), ("bf16", False), ("ufp4", True), ("ufp4-nv", True)])
+def test_linears_of_one_input_share_x(name, bias, monkeypatch):
     """quant.linears(x, q, k, v) equals the three layers apart (deterministic rounding: outputs and
     weight gradients to fp32 rounding; dX adds up GEMMs in another order), in one _QLinearFn call for
-    every quantized recipe, quantizing x once in the forward: one GEMM over the joined weights, or
-    one per weight with e4m3 scales (a tensor scale per weight, not one spanning the joined weight)."""
+    every quantized recipe, quantizing x once in the forward and each weight on its own (with e4m3
+    scales, a tensor scale per weight, not one spanning the joined weight)."""
     recipe = quant.recipe_from_overrides(name, **({"sr": "none"} if quant.RECIPES[name].quantized() else {}))
     torch.manual_seed(0)
     layers = [quant.QLinear(64, n, bias=bias, recipe=recipe) for n in (64, 32, 32)]
@@ -1063,9 +1062,10 @@ def test_linears_of_one_input_share_x(name, gemms, bias, monkeypatch):
     monkeypatch.setattr(quant, "fake_quantize", lambda t, *a, **k: quantized.append(tuple(t.shape)) or fq(t, *a, **k))
     x = torch.randn(2, 16, 64, requires_grad=True)
     ys = quant.linears(x, *layers)
-    assert len(calls) == (1 if gemms else 0)
-    if gemms:  # the forward's operands: x once, then the weights (joined, or one by one)
-        assert quantized == [(32, 64)] + ([(128, 64)] if gemms == 1 else [(64, 64), (32, 64), (32, 64)])
+    joined = recipe.quantized()
+    assert len(calls) == joined
+    if joined:  # the forward's operands: x once, then the weights one by one
+        assert quantized == [(32, 64), (64, 64), (32, 64), (32, 64)]
     g = [torch.randn_like(y) for y in ys]
     params = [m.weight for m in layers] + ([m.bias for m in layers] if bias else [])
     dx, *dw = torch.autograd.grad(ys, [x] + params, g)
