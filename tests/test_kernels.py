@@ -564,6 +564,73 @@ def test_joined_linears_through_the_kernels(name, compiled):
             assert_same_bits(a, b, f"compiled output {i}")
 
 
+@pytest.mark.parametrize("scale, grid, block", [("fp32", "e1m2", 16), ("e4m3", "e1m2", 16), ("e4m3", "e2m1", 16),
+                                                ("e8m0", "e2m1", 32)])
+@pytest.mark.parametrize("row_rht, sr", [(True, True), (False, True), (True, False)])
+def test_fake_quantize_both_equals_two_passes(scale, grid, block, row_rht, sr):
+    """fake_quantize_both (rows and columns from one read, parts joined along dim 1) gives the bits of
+    two fake_quantize_joined passes with the same seeds and amaxes, SR included; its operator with
+    seeds as a tensor [parts, 2] gives the same bits."""
+    levels, signs = quant.GRIDS[grid], SIGNS.to(DEV)
+    xs = [make_x((64, n), torch.bfloat16, seed=30 + n).to(DEV) for n in (64, 32)]
+    kw = dict(levels=levels, block=block, scale_mode=scale)
+    seeds = [(11, 12), (13, 14)]
+    amaxes = [kernels.tensor_amax_both(x, rht_signs=signs, row_rht=row_rht) for x in xs] if scale == "e4m3" else None
+    rows, cols = kernels.fake_quantize_both(xs, rht_signs=signs, row_rht=row_rht, col_rht=True, row_sr=sr, col_sr=sr,
+                                            keep_rows=row_rht, seeds=seeds, tensor_amaxes=amaxes, **kw)
+    want_rows = kernels.fake_quantize_joined(xs, seeds=[s[0] for s in seeds], dim=-1, sr=sr, keep_rotated=row_rht,
+                                             rht_signs=signs if row_rht else None, tensor_amaxes=None, **kw)
+    want_cols = kernels.fake_quantize_joined(xs, seeds=[s[1] for s in seeds], dim=0, sr=sr, rht_signs=signs, **kw)
+    assert_same_bits(rows, want_rows, "rows")
+    assert_same_bits(cols, want_cols, "columns")
+    seed_t = torch.tensor(seeds, dtype=torch.int32, device=DEV)
+    got = torch.ops.nanofp4.fake_quantize_both(xs, list(levels), block, scale, signs, row_rht, True, sr, sr, row_rht,
+                                               False, seed_t, amaxes or [])
+    assert_same_bits(got[0], want_rows, "operator rows")
+    assert_same_bits(got[1], want_cols, "operator columns")
+
+
+@pytest.mark.parametrize("name, joined, compiled", [("ufp4", False, False), ("ufp4-nv", True, False),
+                                                    ("nvfp4", True, False), ("mxfp4", False, False),
+                                                    ("e2m1", True, False), ("ufp4-nv", True, True)])
+def test_backward_reads_dy_once(name, joined, compiled, monkeypatch):
+    """The backward quantizes dY along rows and columns from one read (quant._one_read): dX and dW
+    have the bits of two passes, stochastic rounding included (eager: the seeds are drawn in the same
+    order). Compiled (SR off, as the graph draws its seeds on the device) it gives the eager bits."""
+    recipe = quant.recipe_from_overrides(name, bf16_last="0", **({"sr": "none"} if compiled else {}))
+    torch.manual_seed(0)
+    widths = (64, 32, 32) if joined else (64,)
+    layers = [quant.QLinear(64, n, bias=False, recipe=recipe, device=DEV) for n in widths]
+    x = torch.randn(2, 32, 64, device=DEV).bfloat16()
+    g = [torch.randn(2, 32, n, device=DEV).bfloat16() for n in widths]
+    params = [m.weight for m in layers]
+    reads = []
+    one_read = quant._one_read
+    monkeypatch.setattr(quant, "_one_read", lambda *a: reads.append(1) or one_read(*a))
+
+    def run(f):
+        xr = x.clone().requires_grad_()
+        torch.manual_seed(1)
+        ys = f(xr)
+        ys = ys if isinstance(ys, tuple) else (ys,)
+        return torch.autograd.grad(ys, [xr] + params, g)
+    lin = (lambda t: quant.linears(t, *layers)) if joined else layers[0]
+    quant.set_backend("triton")
+    try:
+        one = run(lin)
+        assert reads and all(r == 1 for r in reads)
+        if compiled:
+            monkeypatch.setattr(quant, "_one_read", one_read)
+            other = run(torch.compile(lin, backend="aot_eager", fullgraph=True))
+        else:
+            monkeypatch.setattr(quant, "_one_read", lambda *a: (None, None))
+            other = run(lin)
+    finally:
+        quant.set_backend("auto")
+    for i, (a, b) in enumerate(zip(one, other)):
+        assert_same_bits(a, b, f"gradient {i}")
+
+
 def test_seed_tensor_gives_the_seed_bits():
     """SR's seed read by the kernel from an int32 tensor (compiled graphs draw it on the device) gives
     the bits of the same seed passed as an int; another seed gives other bits."""
