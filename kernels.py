@@ -542,22 +542,25 @@ def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, 
     tl.atomic_max(amax_ptr + 1, (amax_c * 0.25).to(tl.int32, bitcast=True))
 
 
-@triton.jit
-def _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed, pid_m, pid_g, M, K,
-                   BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
-                   BLOCK_2D: tl.constexpr,
-                   COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                   KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
-                   UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
-                   E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
-                   WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                   X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                   OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
-    """Quantize the [BM, NG*16] tile (pid_m, pid_g) of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native,
-    2 bf16 bits; SR draws from `seed`. COLS: M when COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max)
-    for the fast fp32 and e4m3 block scales, else 0. OUT_STRIDE (0: out is laid out as x): the 2-D
-    x's rows of OUT_ROW elements go to out's rows of OUT_STRIDE, a slice of a wider tensor
-    (fake_quantize_joined)."""
+@triton.jit(do_not_specialize=["seed"])
+def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
+                     M, K, seed,
+                     SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
+                     BLOCK_2D: tl.constexpr,
+                     COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
+                     KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
+                     UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
+                     E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
+                     WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
+                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
+                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
+    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
+    SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
+    COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
+    OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
+    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined)."""
+    pid_g = tl.program_id(0)
+    pid_m = tl.program_id(1)
     if COLWISE:
         M = COLS
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
@@ -604,6 +607,8 @@ def _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, t
         yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
+        if SEED_PTR:
+            seed = tl.load(seed_ptr)
         u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
     idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT)
 
@@ -627,56 +632,6 @@ def _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, t
             step = OUT_STRIDE
         _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, step, COLWISE, RHT,
                        KEEP_ROTATED, OUT_MODE)
-
-
-@triton.jit(do_not_specialize=["seed"])
-def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
-                     M, K, seed,
-                     SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
-                     BLOCK_2D: tl.constexpr,
-                     COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                     KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
-                     UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
-                     E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
-                     WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
-    """_quantize_tile on the tile (program_id(1), program_id(0)). SR's seed is `seed`, or with SEED_PTR
-    the int32 at seed_ptr (drawn on the device)."""
-    if SR and SEED_PTR:
-        seed = tl.load(seed_ptr)
-    _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed, tl.program_id(1),
-                   tl.program_id(0), M, K, BM, NG, QB, BLOCK_2D, COLWISE, I64, RHT, KEEP_ROTATED, SCALE, SR, UNIFORM, STEP, CB, G, E8_SHIFT, FAST_DIV, WANT_CODES, WANT_DEQUANT, OUT_MODE, X_BITS, ROUNDS, COLS, RG, OUT_ROW, OUT_STRIDE)
-
-
-@triton.jit(do_not_specialize=["seed_r", "seed_c"])
-def _quantize_both_kernel(xw_ptr, xc_ptr, out_r_ptr, out_c_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr, R,
-                          seed_r, seed_c, SEED_PTR: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr,
-                          QB: tl.constexpr, I64: tl.constexpr, RHT_R: tl.constexpr, RHT_C: tl.constexpr,
-                          KEEP_R: tl.constexpr, KEEP_C: tl.constexpr, SCALE: tl.constexpr, SR_R: tl.constexpr,
-                          SR_C: tl.constexpr, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr,
-                          G: tl.constexpr, E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr, OUT_MODE: tl.constexpr,
-                          X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                          OUT_STRIDE: tl.constexpr):
-    """The 2-D [R, COLS] x fake-quantized along its columns and along its rows from one read: program p
-    takes the TR x TC tile p (row-major), first as a column tile, then the same elements as a row
-    tile (rows as a 2-D view: the same blocks, bits and SR counters as the flat one), which finds them
-    in the cache. Each orientation has its own RHT, keep_rotated, SR seed (with SEED_PTR: seed_ptr[0]
-    rows, [1] columns), and amax_ptr / tscale_ptr entry (0 rows, 1 columns)."""
-    if SEED_PTR:
-        if SR_R:
-            seed_r = tl.load(seed_ptr)
-        if SR_C:
-            seed_c = tl.load(seed_ptr + 1)
-    nc = tl.cdiv(COLS, TC)
-    pr = tl.program_id(0) // nc
-    pc = tl.program_id(0) % nc
-    _quantize_tile(xc_ptr, out_c_ptr, tscale_ptr, tscale_ptr, signs_ptr, amax_ptr + 1, tscale_ptr + 1, seed_c, pc, pr,
-                   COLS, R, TC, TR // 16, QB, False, True, I64, RHT_C, KEEP_C, SCALE, SR_C, UNIFORM, STEP, CB, G,
-                   E8_SHIFT, FAST_DIV, False, True, OUT_MODE, X_BITS, ROUNDS, COLS, RG, COLS, OUT_STRIDE)
-    _quantize_tile(xw_ptr, out_r_ptr, tscale_ptr, tscale_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_r, pr, pc,
-                   R, COLS, TR, TC // 16, QB, False, False, I64, RHT_R, KEEP_R, SCALE, SR_R, UNIFORM, STEP, CB, G,
-                   E8_SHIFT, FAST_DIV, False, True, OUT_MODE, False, ROUNDS, 0, RG, COLS, OUT_STRIDE)
 
 
 @triton.jit
@@ -721,9 +676,9 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # "_heavy": with RHT or SR, the kernels that need the most registers
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 64, 1), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
           "col": (128, 2, 4), "col_heavy": (128, 2, 4), "col_codes": (64, 8, 4), "col_codes_heavy": (64, 4, 4),
-          "2d": (16, 16, 4), "dequantize": (1, 128, 4), "both": (64, 64, 4)}
+          "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
-                    "col_codes": (32, 4, 1), "dequantize": (1, 64, 1), "both": (32, 32, 1)}
+                    "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
 _AMAX_TILES = {"flat": (8192, 8), "row": (1, 256, 4), "col": (64, 4, 4), "both": (64, 64, 4, True)}
@@ -1106,93 +1061,6 @@ def fake_quantize_joined(xs, *, join: int = 1, seeds=None, tensor_amaxes=None, o
     return out
 
 
-def fake_quantize_both(xs, *, levels: tuple, block: int = 16, scale_mode: str = "fp32",
-                       rht_signs: Optional[torch.Tensor] = None, row_rht: bool = False, col_rht: bool = False,
-                       row_sr: bool = False, col_sr: bool = False, keep_rows: bool = False, keep_cols: bool = False,
-                       seeds=None, tensor_amaxes=None, tile: Optional[tuple] = None,
-                       fast_div: bool = True) -> tuple:
-    """(along rows, along columns): each 2-D part of xs fake-quantized along dim -1 and along dim 0 from
-    one read (_quantize_both_kernel), the parts joined along dim 1 as fake_quantize_joined joins them:
-    the bits of fake_quantize_joined(xs, dim=-1, ...) and (xs, dim=0, ...) with the same seeds and
-    amaxes. Rows and columns share the grid, block and scale mode, and each has its own RHT (row_rht,
-    col_rht; signs rht_signs), SR, keep_rotated. seeds: per part (row seed, column seed), ints or an
-    int32 tensor [2] on the device; tensor_amaxes (e4m3): per part fp32 [2] (rows, columns) as
-    tensor_amax_both gives, else found first. tile: (TR, TC, num_warps), multiples of 16 and of block."""
-    if not xs or any(x.dim() != 2 for x in xs) or len({x.shape[0] for x in xs}) != 1:
-        raise ValueError(f"fake_quantize_both joins 2-D tensors of one row count along dim 1; got "
-                         f"{[tuple(x.shape) for x in xs]}")
-    interpret, dev = _check_device(xs[0]), xs[0].device
-    seeds = [(0, 0)] * len(xs) if seeds is None else seeds
-    amaxes = [None] * len(xs) if tensor_amaxes is None else tensor_amaxes
-    if len(seeds) != len(xs) or len(amaxes) != len(xs):
-        raise ValueError(f"one seed pair and one tensor_amax pair for each of the {len(xs)} parts")
-    if (row_rht or col_rht) and rht_signs is None:
-        raise ValueError("row_rht or col_rht needs rht_signs")
-    _check_signs(rht_signs, dev)
-    signs = (torch.ones(16, device=dev) if rht_signs is None else rht_signs).to(torch.float32).contiguous()
-    R, N = xs[0].shape[0], sum(x.shape[1] for x in xs)
-    out_r = torch.empty((R, N), dtype=xs[0].dtype, device=dev)
-    out_c = torch.empty((R, N), dtype=xs[0].dtype, device=dev)
-    at = 0
-    for x, seed, amax in zip(xs, seeds, amaxes):
-        x = x.contiguous()
-        C = x.shape[1]
-        for d in (-1, 0):
-            _check(tuple(x.shape), x.dtype, tuple(levels), block, scale_mode, False, False, d, x.dtype, False, True)
-        tr, tc, nw, constexprs = _both_plan(x.dtype, interpret, tuple(levels), block, scale_mode, row_rht, col_rht,
-                                            row_sr, col_sr, keep_rows, keep_cols, R, C, N if len(xs) > 1 else 0,
-                                            None if tile is None else tuple(tile), fast_div)
-        orow, ocol = out_r[:, at:at + C], out_c[:, at:at + C]
-        at += C
-        if x.numel() == 0:
-            continue
-        if amax is not None:
-            if scale_mode != "e4m3" or amax.numel() != 2 or amax.dtype != torch.float32 or amax.device != dev:
-                raise ValueError(f"a tensor_amaxes entry is e4m3's first passes: fp32 [2] on {dev}; got {amax.dtype} "
-                                 f"{tuple(amax.shape)} on {amax.device} for scale_mode {scale_mode!r}")
-            amax_bits = amax.contiguous().view(torch.int32)
-        elif scale_mode == "e4m3":
-            if col_rht:
-                amax_bits = tensor_amax_both(x, rht_signs=signs, row_rht=row_rht).view(torch.int32)
-            else:
-                amax_bits = torch.stack([tensor_amax(x, rht_signs=signs if row_rht else None),
-                                         tensor_amax(x, dim=0)]).view(torch.int32)
-        else:
-            amax_bits = signs
-        seed_t = seed if isinstance(seed, torch.Tensor) else None
-        if seed_t is not None and (seed_t.numel() != 2 or seed_t.dtype != torch.int32 or seed_t.device != dev):
-            raise ValueError(f"a seed tensor of fake_quantize_both is two int32 (rows, columns) on {dev}")
-        tscale = torch.empty(2, dtype=torch.float32, device=dev)
-        out_mode = constexprs[17]
-        outs = [o.view(torch.int16) if out_mode == 2 else o for o in (orow, ocol)]
-        args = (_tile_input(x, False, interpret), _tile_input(x, True, interpret), *outs, signs, amax_bits, tscale,
-                tscale if seed_t is None else seed_t, R, 0 if seed_t is not None else seed[0],
-                0 if seed_t is not None else seed[1], seed_t is not None) + constexprs
-        grid = (_cdiv(R, tr) * _cdiv(C, tc),)
-        key = (_quantize_both_kernel, constexprs, nw, x.dtype, seed_t is not None, R) + \
-            tuple(t.data_ptr() % 16 for t in (x, orow, ocol, signs, amax_bits, tscale))
-        _launch(_quantize_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)), key, args)
-    return out_r, out_c
-
-
-@functools.lru_cache(maxsize=1024)
-def _both_plan(dtype, interpret, levels, block, scale_mode, row_rht, col_rht, row_sr, col_sr, keep_rows, keep_cols,
-               R, C, out_stride, tile, fast_div) -> tuple:
-    """fake_quantize_both's tile and constexprs for one part [R, C] (out_stride: the joined width, 0 alone)."""
-    uniform, step = _grid_params(levels)
-    g_max = float(levels[-1])
-    tr, tc, nw = tile or (_TILES_INTERPRET if interpret else _TILES)["both"]
-    if tr % max(16, block) or tc % max(16, block) or (tr // 16) & (tr // 16 - 1) or (tc // 16) & (tc // 16 - 1):
-        raise ValueError(f"tile {tile}: TR and TC must be 16 times powers of two, multiples of the block {block}")
-    fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
-    constexprs = (tr, tc, block, max(R * C, R * out_stride) >= 2**31, row_rht, col_rht, keep_rows, keep_cols,
-                  SCALE_MODES[scale_mode], row_sr, col_sr, uniform, step, _f32_bits(step * 2.0**23), g_max,
-                  math.floor(math.log2(g_max)), (1 if interpret else 2) if fast else 0,
-                  0 if dtype == torch.float32 else (2 if interpret else 1), interpret and dtype == torch.bfloat16,
-                  PHILOX_ROUNDS, C, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0, out_stride)
-    return tr, tc, nw, constexprs
-
-
 _SCALE_DTYPES = {"fp32": torch.float32, "e4m3": torch.float8_e4m3fn, "e8m0": torch.uint8}  # as stored
 
 
@@ -1275,11 +1143,6 @@ _LIB.define("quantize_codes(Tensor x, float[] levels, int block, str scale_mode,
 _LIB.define("fake_quantize_joined(Tensor[] xs, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
             "bool block_2d, int dim, int join, bool keep_rotated, Tensor? seed_t, Tensor[] amaxes) -> Tensor",
             tags=_FLEX)
-# the same parts fake-quantized along rows and along columns from one read (fake_quantize_both); seed_t:
-# int32 [parts, 2] (rows, columns), amaxes: one fp32 [2] per part, or none
-_LIB.define("fake_quantize_both(Tensor[] xs, float[] levels, int block, str scale_mode, Tensor? signs, bool row_rht, "
-            "bool col_rht, bool row_sr, bool col_sr, bool keep_rows, bool keep_cols, Tensor? seed_t, "
-            "Tensor[] amaxes) -> (Tensor, Tensor)", tags=_FLEX)
 # the e4m3 tensor amax of a 2-D tensor along its rows and its columns, from one read (tensor_amax_both)
 _LIB.define("tensor_amax_both(Tensor x, Tensor signs, bool row_rht) -> Tensor", tags=_FLEX)
 _LIB.define("dequantize(Tensor codes, Tensor scales, Tensor tensor_scale, float[] levels, int block, "
@@ -1313,20 +1176,6 @@ def fake_quantize_joined_op(xs, levels, block, scale_mode, sr, signs, block_2d, 
                                 block_2d=block_2d, dim=dim, keep_rotated=keep_rotated)
 
 
-def fake_quantize_both_op(xs, levels, block, scale_mode, signs, row_rht, col_rht, row_sr, col_sr, keep_rows, keep_cols,
-                          seed_t, amaxes):
-    """The op's body. Without seed_t, SR's seeds come from torch's CPU generator as two passes draw them:
-    the rows' of every part, then the columns'."""
-    if seed_t is not None:
-        seeds = [seed_t[i] for i in range(len(xs))]
-    else:
-        rows, cols = ([int(torch.randint(2**31 - 1, ())) if sr else 0 for _ in xs] for sr in (row_sr, col_sr))
-        seeds = list(zip(rows, cols))
-    return fake_quantize_both([x.contiguous() for x in xs], levels=tuple(levels), block=block, scale_mode=scale_mode,
-                              rht_signs=signs, row_rht=row_rht, col_rht=col_rht, row_sr=row_sr, col_sr=col_sr,
-                              keep_rows=keep_rows, keep_cols=keep_cols, seeds=seeds, tensor_amaxes=amaxes or None)
-
-
 def quantize_codes_op(x, levels, block, scale_mode, signs, dim, amax=None):
     return quantize(x.contiguous(), levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs,
                     dim=dim, want_dequant=False, tensor_amax=amax)[:3]
@@ -1344,7 +1193,6 @@ def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs,
 for _key in ("CUDA", "CPU"):  # CPU: the interpreter (kernels check TRITON_INTERPRET themselves)
     _LIB.impl("fake_quantize", fake_quantize_op, _key)
     _LIB.impl("fake_quantize_joined", fake_quantize_joined_op, _key)
-    _LIB.impl("fake_quantize_both", fake_quantize_both_op, _key)
     _LIB.impl("quantize_codes", quantize_codes_op, _key)
     _LIB.impl("dequantize", dequantize_op, _key)
     _LIB.impl("tensor_amax_both", tensor_amax_both_op, _key)
@@ -1360,12 +1208,6 @@ def _(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotate
     shape = list(xs[0].shape)
     shape[join] = sum(x.shape[join] for x in xs)
     return xs[0].new_empty(shape)
-
-
-@torch.library.register_fake("nanofp4::fake_quantize_both")
-def _(xs, levels, block, scale_mode, signs, row_rht, col_rht, row_sr, col_sr, keep_rows, keep_cols, seed_t, amaxes):
-    shape = (xs[0].shape[0], sum(x.shape[1] for x in xs))
-    return xs[0].new_empty(shape), xs[0].new_empty(shape)
 
 
 @torch.library.register_fake("nanofp4::tensor_amax_both")

@@ -406,15 +406,13 @@ def _rotated(spec_a, spec_b) -> bool:
     return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
 
 
-def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", amax=(None, None),
-                   made=(None, None)):
+def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", amax=(None, None)):
     """Fake-quantize the two operands of one GEMM (_operand; amax: their e4m3 tensor amaxes where
-    known), but those `made` already (_one_read). If both are rotated by the same RHT they stay in
-    the rotated basis (the product is unchanged); otherwise each is rotated back."""
+    known). If both are rotated by the same RHT they stay in the rotated basis (the product is
+    unchanged); otherwise each is rotated back."""
     both = _rotated(spec_a, spec_b)
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
-    qa = made[0] if made[0] is not None else _operand(a, spec_a, dim_a, signs, both, amax[0])
-    qb = made[1] if made[1] is not None else _operand(b, spec_b, dim_b, signs, both, amax[1])
+    qa, qb = _operand(a, spec_a, dim_a, signs, both, amax[0]), _operand(b, spec_b, dim_b, signs, both, amax[1])
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
             if spec is not None:
@@ -486,43 +484,17 @@ def kept_for_backward(ctx) -> tuple:
 def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
     """The e4m3 tensor amax of the 2-D t quantized along rows (spec_rows) and along columns (spec_cols,
     rotated), from one read (kernels.tensor_amax_both), where the kernels run; else (None, None)."""
-    a = _amax_pair(t, spec_rows, spec_cols, signs)
-    return (None, None) if a is None else (a[0], a[1])
-
-
-def _amax_pair(t, spec_rows, spec_cols, signs):
-    """_amax_both's two values as one fp32 [2] tensor, or None."""
     if not (spec_rows is not None and spec_cols is not None and spec_rows.scale == spec_cols.scale == "e4m3"
             and spec_cols.rht and not spec_rows.block_2d and t.dim() == 2 and t.shape[0] % 16 == 0
             and t.shape[1] % 16 == 0 and _use_kernels(t)):
-        return None
+        return None, None
     import kernels
     signs = (rht_lib.random_signs(0) if signs is None else signs).to(t.device, torch.float32)
     if torch.compiler.is_compiling():
-        return torch.ops.nanofp4.tensor_amax_both(t.contiguous(), signs, spec_rows.rht)
-    return kernels.tensor_amax_both(t.contiguous(), rht_signs=signs, row_rht=spec_rows.rht)
-
-
-def _one_read(t, spec_rows, spec_cols, keep_rows, keep_cols, signs, amaxes) -> tuple:
-    """The operands of the 2-D t (or _Parts joined along dim 1) fake-quantized along rows and along
-    columns from one read (kernels.fake_quantize_both), where the kernels run and the two specs differ
-    at most in RHT and rounding; else (None, None). amaxes: per part _amax_pair's [2] or None."""
-    parts = t if isinstance(t, _Parts) else (t,)
-    a, b = spec_rows, spec_cols
-    if a is None or b is None or a.block_2d or b.block_2d or (a.levels, a.block, a.scale) != (b.levels, b.block, b.scale) \
-            or not _use_kernels(parts[0]):
-        return None, None
-    import kernels
-    signs = (rht_lib.random_signs(0) if signs is None else signs).to(parts[0].device, torch.float32) \
-        if a.rht or b.rht else None
-    sr = (a.rounding == "sr", b.rounding == "sr")
-    amaxes = list(amaxes) if all(x is not None for x in amaxes) else []
-    args = (list(a.levels), a.block, a.scale, signs, a.rht, b.rht, *sr, keep_rows, keep_cols)
-    if torch.compiler.is_compiling():
-        seed_t = torch.randint(2**31 - 1, (len(parts), 2), dtype=torch.int32, device=parts[0].device) \
-            if any(sr) else None
-        return torch.ops.nanofp4.fake_quantize_both(list(parts), *args, seed_t, amaxes)
-    return kernels.fake_quantize_both_op(list(parts), *args, None, amaxes)
+        a = torch.ops.nanofp4.tensor_amax_both(t.contiguous(), signs, spec_rows.rht)
+    else:
+        a = kernels.tensor_amax_both(t.contiguous(), rht_signs=signs, row_rht=spec_rows.rht)
+    return a[0], a[1]
 
 
 class _Parts(tuple):
@@ -595,18 +567,15 @@ class _QLinearFn(torch.autograd.Function):
         x2, kept = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
         w_parts, amax_w = kept[:n], (kept[n:] if ctx.amax_w else [None] * n)
         dy_parts = [dy.reshape(-1, dy.shape[-1]).to(w_parts[0].dtype) for dy in dys]   # [M, N_i]
-        pairs = [_amax_pair(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
+        amax = [_amax_both(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
         one = n == 1
         dy, w = (dy_parts[0], w_parts[0]) if one else (_Parts(dy_parts, 1), _Parts(w_parts, 0))
-        amax_rows, amax_cols = ([None if a is None else a[i] for a in pairs] for i in (0, 1))
-        # dY along rows (dgrad) and along columns (wgrad) from one read where it can
-        made = _one_read(dy, r.dgrad_dy, r.wgrad_dy, _rotated(r.dgrad_dy, r.dgrad_w), _rotated(r.wgrad_dy, r.wgrad_x),
-                         signs, pairs)
+        amax_rows, amax_cols = [a[0] for a in amax], [a[1] for a in amax]
         qdy, qw = _gemm_operands(dy, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
-                                 amax=(amax_rows[0], amax_w[0]) if one else (amax_rows, amax_w), made=(made[0], None))
+                                 amax=(amax_rows[0], amax_w[0]) if one else (amax_rows, amax_w))
         dx = qdy @ qw                                                   # [M, K]
         qdy, qx = _gemm_operands(dy, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                 amax=(amax_cols[0] if one else amax_cols, None), made=(made[1], None))
+                                 amax=(amax_cols[0] if one else amax_cols, None))
         dw = qdy.t() @ qx                                               # [N, K]
         dws = dw.split([p.shape[0] for p in w_parts]) if not one else (dw,)
         db = _joined([d.sum(0) for d in dy_parts]) if ctx.has_bias else None

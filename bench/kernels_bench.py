@@ -23,8 +23,6 @@
 Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 8192] [--workers 8]
        [--no-sweep] [--skip-check]   (the tables alone, with the tiles kernels.py holds)
        [--amax-only]   (the tensor-amax sweep and table alone)
-       [--both-only]   (rows and columns from one read, kernels.fake_quantize_both: a tile sweep, its
-                        time against the two passes it replaces, and its bits against theirs)
        python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
 """
 import argparse
@@ -48,10 +46,6 @@ AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           
               "both": [(64, 64, 4), (32, 64, 2), (64, 128, 4), (128, 64, 4), (32, 128, 4),  # (TR, TC, num_warps,
                        (64, 64, 4, True), (32, 64, 2, True), (32, 128, 4, True), (16, 64, 1, True)]}  # sync)
 AMAX_PROGRAMS_PER_SM = [2, 4, 8, 16]
-BOTH_TILES = [(64, 64, 4), (32, 64, 4), (64, 32, 4), (32, 32, 2), (64, 64, 8), (128, 64, 8), (64, 128, 8)]  # (TR, TC, warps)
-# the output gradient's two operands (dgrad rows, wgrad columns) of three recipes: (grid, block, scale, row RHT)
-BOTH_CASES = {"ufp4 dY": ("e1m2", 16, "fp32", True), "ufp4-nv dY": ("e1m2", 16, "e4m3", True),
-              "nvfp4 dY": ("e2m1", 16, "e4m3", False)}
 AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0), "both": (True, None)}  # kind: (RHT, dim)
 
 
@@ -302,60 +296,6 @@ def sweep_amax(x, signs, dev):
     return rows, dict(tiles=best, programs_per_sm=pps)
 
 
-def both_calls(x, case, signs, tile=None):
-    """(one read, two passes) callables for a BOTH_CASES entry (SR on both, e4m3 amaxes given as the
-    quantized linear gives them: tensor_amax_both's pass is not timed), and the bytes one read moves."""
-    grid, block, scale, row_rht = BOTH_CASES[case]
-    kw = dict(levels=quant.GRIDS[grid], block=block, scale_mode=scale)
-    amax = [kernels.tensor_amax_both(x, rht_signs=signs, row_rht=row_rht)] if scale == "e4m3" else None
-    one = lambda: kernels.fake_quantize_both([x], rht_signs=signs, row_rht=row_rht, col_rht=True, row_sr=True,  # noqa
-                                             col_sr=True, keep_rows=row_rht, keep_cols=True, seeds=[(1, 2)],
-                                             tensor_amaxes=amax, tile=tile, **kw)
-    a = amax[0] if amax else None
-
-    def two():
-        r = kernels.fake_quantize(x, rht_signs=signs if row_rht else None, sr=True, seed=1, dim=-1,
-                                  keep_rotated=row_rht, tensor_amax=None if a is None else a[0], **kw)
-        return r, kernels.fake_quantize(x, rht_signs=signs, sr=True, seed=2, dim=0, keep_rotated=True,
-                                        tensor_amax=None if a is None else a[1], **kw)
-    return one, two, 3 * x.numel() * x.element_size()
-
-
-def warm_both(case):
-    name, tile, dev = case
-    x = make_x(256, 256, 3, dev)
-    both_calls(x, name, rht.random_signs(0).to(dev), tile)[0]()
-    return case
-
-
-def both_table(x, signs, dev, copy, pool):
-    """kernels.fake_quantize_both: the best tile (least total time over BOTH_CASES), then per case its
-    time, % of copy bandwidth and the two passes' time, and whether the bits are the two passes'."""
-    if dev == "cuda":
-        pool.map(warm_both, [(c, t, dev) for c in BOTH_CASES for t in BOTH_TILES])
-    total = {t: 0.0 for t in BOTH_TILES}
-    sweep = []
-    for case in BOTH_CASES:
-        for t in BOTH_TILES:
-            ms = bench(both_calls(x, case, signs, t)[0], dev)
-            total[t] += ms
-            sweep.append(dict(case=case, tile=t, ms=ms))
-    best = min(total, key=total.get)
-    print("fake_quantize_both tile sweep: " + ", ".join(f"{t}: {v:.3f} ms" for t, v in total.items())
-          + f" -> {best}", flush=True)
-    rows = []
-    print(f"{'operand':12} {'one read ms':>11} {'% copy':>7} {'two passes ms':>13} {'ratio':>6}  bits", flush=True)
-    for case in BOTH_CASES:
-        one, two, nbytes = both_calls(x, case, signs, best)
-        t1, t2 = bench(one, dev), bench(two, dev)
-        same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(one(), two()))
-        rows.append(dict(case=case, tile=best, one_read_ms=t1, pct_copy=100 * nbytes / t1 / 1e6 / copy,
-                         two_passes_ms=t2, same_bits=same))
-        print(f"{case:12} {t1:11.3f} {rows[-1]['pct_copy']:6.1f}% {t2:13.3f} {t1 / t2:6.3f}  "
-              f"{'identical' if same else 'DIFFER'}", flush=True)
-    return dict(sweep=sweep, best=best, rows=rows)
-
-
 def amax_table(x, signs, dev, read_bw, copy):
     """The tensor-amax pass alone, with the swept tiles: a pure read of x."""
     print(f"\ne4m3 tensor-amax pass alone: bytes = x read once; %read = GB/s over torch.amax's read "
@@ -438,7 +378,6 @@ def main():
     p.add_argument("--no-sweep", action="store_true",
                    help="no tile sweeps: every kernel takes the tiles kernels.py holds (a quick table)")
     p.add_argument("--amax-only", action="store_true", help="only the tensor-amax passes: their sweep and table")
-    p.add_argument("--both-only", action="store_true", help="only kernels.fake_quantize_both: sweep, times, bits")
     args = p.parse_args()
     setup(args.cpu)
     dev = "cpu" if args.cpu else "cuda"
@@ -448,7 +387,7 @@ def main():
     pool = mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args.cpu,))
     specs = timed_specs()
     names = list(specs)
-    tile_cases = [] if args.no_sweep or args.both_only else [
+    tile_cases = [] if args.no_sweep else [
         (name, dim, out, var, tile, dev) for name in names[:2] + names[3:] for dim in (-1, 0)
         for out in ("dequant", "codes") for var in ("alone", "fused_rht") for tile in (ROW_TILES if dim == -1 else COL_TILES)]
     if dev == "cuda":
@@ -467,10 +406,6 @@ def main():
     copy = res["copy_GBps"]
     print(f"device-to-device copy: {copy:.0f} GB/s; read (torch.amax): {res['read_GBps']:.0f} GB/s", flush=True)
     x = make_x(args.size, args.size, 4, dev)
-    if args.both_only:
-        res["both"] = both_table(x, signs, dev, copy, pool)
-        save(res, args.out, t_start)
-        return
     if not args.no_sweep or args.amax_only:
         res["amax_sweep"], res["amax_best"] = sweep_amax(x, signs, dev)
     res["amax_table"] = amax_table(x, signs, dev, res["read_GBps"], copy)
