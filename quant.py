@@ -33,7 +33,7 @@ import dataclasses
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -534,6 +534,12 @@ def _joined(parts, join: int = 0) -> torch.Tensor:
     return torch.cat(parts, join) if len(parts) > 1 else parts[0]
 
 
+def _one_or_parts(tensors, join: int, amaxes) -> tuple:
+    """(operand, its amax) for _gemm_operands: the tensor itself if it is one (the monitor, which keeps
+    linears apart, sees it), else _Parts joined along `join` with one amax per part."""
+    return (tensors[0], amaxes[0]) if len(tensors) == 1 else (_Parts(tensors, join), list(amaxes))
+
+
 class _QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
     W comes as parts [N_i, K] (quant.linears), joined along N into one GEMM of each kind; one output
@@ -550,9 +556,9 @@ class _QLinearFn(torch.autograd.Function):
         packs = _packs(r)
         amax = _amax_both(x2, r.fprop_x, r.wgrad_x, signs) if packs else (None, None)
         amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
-        w = _Parts(w_parts, 0) if len(w_parts) > 1 else w_parts[0]     # [N, K] joined
+        w, aw = _one_or_parts(w_parts, 0, [a[0] for a in amax_w])     # [N, K] joined
         qx, qw = _gemm_operands(x2, r.fprop_x, -1, w, r.fprop_w, -1, signs, GEMMS["fprop"], layer,
-                                amax=(amax[0], [a[0] for a in amax_w] if len(w_parts) > 1 else amax_w[0][0]))
+                                amax=(amax[0], aw))
         y = qx @ qw.t()                                                 # [M, N]
         y = (y if bias is None else y + bias).reshape(*x.shape[:-1], y.shape[-1])
         cols = [a[1] for a in amax_w]
@@ -568,16 +574,15 @@ class _QLinearFn(torch.autograd.Function):
         w_parts, amax_w = kept[:n], (kept[n:] if ctx.amax_w else [None] * n)
         dy_parts = [dy.reshape(-1, dy.shape[-1]).to(w_parts[0].dtype) for dy in dys]   # [M, N_i]
         amax = [_amax_both(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
-        one = n == 1
-        dy, w = (dy_parts[0], w_parts[0]) if one else (_Parts(dy_parts, 1), _Parts(w_parts, 0))
-        amax_rows, amax_cols = [a[0] for a in amax], [a[1] for a in amax]
+        dy, amax_rows = _one_or_parts(dy_parts, 1, [a[0] for a in amax])          # [M, N] joined
+        _, amax_cols = _one_or_parts(dy_parts, 1, [a[1] for a in amax])
+        w, amax_w = _one_or_parts(w_parts, 0, amax_w)
         qdy, qw = _gemm_operands(dy, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
-                                 amax=(amax_rows[0], amax_w[0]) if one else (amax_rows, amax_w))
+                                 amax=(amax_rows, amax_w))
         dx = qdy @ qw                                                   # [M, K]
         qdy, qx = _gemm_operands(dy, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                 amax=(amax_cols[0] if one else amax_cols, None))
-        dw = qdy.t() @ qx                                               # [N, K]
-        dws = dw.split([p.shape[0] for p in w_parts]) if not one else (dw,)
+                                 amax=(amax_cols, None))
+        dws = (qdy.t() @ qx).split([p.shape[0] for p in w_parts])      # [N_i, K] each
         db = _joined([d.sum(0) for d in dy_parts]) if ctx.has_bias else None
         return (dx.reshape(*dys[0].shape[:-1], dx.shape[-1]), db, None, None, None, *dws)
 
