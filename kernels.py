@@ -960,8 +960,8 @@ def _out_stride(x: torch.Tensor, out: torch.Tensor, out_dtype: torch.dtype, want
     if out.is_contiguous():
         return 0
     if x.dim() != 2 or out.stride(1) != 1 or out.stride(0) < x.shape[1]:
-        raise ValueError(f"out must be contiguous, or for a 2-D x a slice of a wider tensor's columns (strides (S, 1)); "
-                         f"got strides {out.stride()} for shape {tuple(out.shape)}")
+        raise ValueError(f"out must be contiguous, or for a 2-D x a slice of a wider tensor's columns (strides "
+                         f"(S, 1)); got strides {out.stride()} for shape {tuple(out.shape)}")
     return out.stride(0)
 
 
@@ -996,9 +996,9 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     x_bits = interpret and dtype == torch.bfloat16 and colwise  # as _tile_input gives x
     fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
-    rows = numel // shape[-1] if shape[-1] else 0
-    constexprs = (bm, ng, block, block_2d, colwise, max(numel, rows * out_stride) >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode],
-                  sr, uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
+    i64 = max(numel, (numel // shape[-1] if shape[-1] else 0) * out_stride) >= 2**31  # out's offsets too
+    constexprs = (bm, ng, block, block_2d, colwise, i64, rht, keep_rotated, SCALE_MODES[scale_mode], sr,
+                  uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
                   shape[-1], out_stride)
