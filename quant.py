@@ -415,8 +415,8 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=
     qa, qb = _operand(a, spec_a, dim_a, signs, both, amax[0]), _operand(b, spec_b, dim_b, signs, both, amax[1])
     if MONITOR is not None and roles is not None:
         for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
-            if spec is not None:
-                MONITOR(layer, role, t, q, spec, dim, signs=signs, rotated=both)
+            if spec is not None:  # (the monitor keeps linears apart: _Parts hold one tensor)
+                MONITOR(layer, role, t[0] if isinstance(t, _Parts) else t, q, spec, dim, signs=signs, rotated=both)
     return qa, qb
 
 
@@ -499,7 +499,8 @@ def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
 
 class _Parts(tuple):
     """2-D tensors joined along dim `join` into one GEMM operand: weights [N_i, K] (join 0), or the
-    output gradients [M, N_i] (join 1) of linears that read one input (quant.linears)."""
+    output gradients [M, N_i] (join 1) of linears that read one input (quant.linears); one part for
+    a linear alone."""
 
     def __new__(cls, tensors, join: int):
         parts = super().__new__(cls, tensors)
@@ -510,7 +511,7 @@ class _Parts(tuple):
 def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     """The GEMM operand of t: fake_quantize(t); t's dequantization if it is kept packed (QTensor); or
     for _Parts, each part quantized on its own (its own e4m3 tensor scale, amax[i], and SR draws)
-    into its place in the joined operand (blocks never span parts: _joinable)."""
+    into its place in the joined operand (blocks never span parts: _joinable); one part is its own."""
     if isinstance(t, QTensor):
         return _dequantize(t, keep_rotated)
     if not isinstance(t, _Parts):
@@ -534,12 +535,6 @@ def _joined(parts, join: int = 0) -> torch.Tensor:
     return torch.cat(parts, join) if len(parts) > 1 else parts[0]
 
 
-def _one_or_parts(tensors, join: int, amaxes) -> tuple:
-    """(operand, its amax) for _gemm_operands: the tensor itself if it is one (the monitor, which keeps
-    linears apart, sees it), else _Parts joined along `join` with one amax per part."""
-    return (tensors[0], amaxes[0]) if len(tensors) == 1 else (_Parts(tensors, join), list(amaxes))
-
-
 class _QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
     W comes as parts [N_i, K] (quant.linears), joined along N into one GEMM of each kind; one output
@@ -556,9 +551,8 @@ class _QLinearFn(torch.autograd.Function):
         packs = _packs(r)
         amax = _amax_both(x2, r.fprop_x, r.wgrad_x, signs) if packs else (None, None)
         amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
-        w, aw = _one_or_parts(w_parts, 0, [a[0] for a in amax_w])     # [N, K] joined
-        qx, qw = _gemm_operands(x2, r.fprop_x, -1, w, r.fprop_w, -1, signs, GEMMS["fprop"], layer,
-                                amax=(amax[0], aw))
+        qx, qw = _gemm_operands(x2, r.fprop_x, -1, _Parts(w_parts, 0), r.fprop_w, -1, signs, GEMMS["fprop"], layer,
+                                amax=(amax[0], [a[0] for a in amax_w]))   # qw: [N, K] joined
         y = qx @ qw.t()                                                 # [M, N]
         y = (y if bias is None else y + bias).reshape(*x.shape[:-1], y.shape[-1])
         cols = [a[1] for a in amax_w]
@@ -574,14 +568,12 @@ class _QLinearFn(torch.autograd.Function):
         w_parts, amax_w = kept[:n], (kept[n:] if ctx.amax_w else [None] * n)
         dy_parts = [dy.reshape(-1, dy.shape[-1]).to(w_parts[0].dtype) for dy in dys]   # [M, N_i]
         amax = [_amax_both(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
-        dy, amax_rows = _one_or_parts(dy_parts, 1, [a[0] for a in amax])          # [M, N] joined
-        _, amax_cols = _one_or_parts(dy_parts, 1, [a[1] for a in amax])
-        w, amax_w = _one_or_parts(w_parts, 0, amax_w)
-        qdy, qw = _gemm_operands(dy, r.dgrad_dy, -1, w, r.dgrad_w, 0, signs, GEMMS["dgrad"], ctx.layer,
-                                 amax=(amax_rows, amax_w))
+        dy = _Parts(dy_parts, 1)                                        # [M, N] joined
+        qdy, qw = _gemm_operands(dy, r.dgrad_dy, -1, _Parts(w_parts, 0), r.dgrad_w, 0, signs, GEMMS["dgrad"],
+                                 ctx.layer, amax=([a[0] for a in amax], amax_w))
         dx = qdy @ qw                                                   # [M, K]
         qdy, qx = _gemm_operands(dy, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                 amax=(amax_cols, None))
+                                 amax=([a[1] for a in amax], None))
         dws = (qdy.t() @ qx).split([p.shape[0] for p in w_parts])      # [N_i, K] each
         db = _joined([d.sum(0) for d in dy_parts]) if ctx.has_bias else None
         return (dx.reshape(*dys[0].shape[:-1], dx.shape[-1]), db, None, None, None, *dws)
