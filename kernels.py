@@ -199,41 +199,21 @@ def _from_words(w):
 
 
 @triton.jit
-def _loads(x_ptr, base, mask, M, COLWISE: tl.constexpr):
-    """The tile's loads as they come from memory: rowwise two [BM, NG, 4] halves of words of two
-    elements, columnwise the 16 rows [BM, NG] of the groups (_raw_to_f32 makes the tile of them)."""
+def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr):
+    """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0). Rowwise x comes as words of two
+    elements (_from_words): cheaper than the compiler's conversions, and exact in the interpreter."""
     if COLWISE:
         p = x_ptr + base
-        raw = ()
-        for k in tl.static_range(16):
-            raw = raw + (tl.load(p + k * M, mask=mask, other=0),)
-    else:
-        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
-        raw = (tl.load(p, mask=mask[:, :, None], other=0), tl.load(p + 4, mask=mask[:, :, None], other=0))
-    return raw
-
-
-@triton.jit
-def _raw_to_f32(raw, COLWISE: tl.constexpr, X_BITS: tl.constexpr):
-    """_loads's loads -> the tile [BM, NG, 8, 2] in fp32 (masked elements are 0). Rowwise x comes as
-    words of two elements (_from_words): cheaper than the compiler's conversions, and exact in the
-    interpreter."""
-    if COLWISE:
         xs = ()
         for k in tl.static_range(16):
-            xs = xs + (_to_f32(raw[k], X_BITS),)
+            xs = xs + (_to_f32(tl.load(p + k * M, mask=mask, other=0), X_BITS),)
         lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
         hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
     else:
-        lo = _from_words(raw[0])
-        hi = _from_words(raw[1])
+        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
+        lo = _from_words(tl.load(p, mask=mask[:, :, None], other=0))
+        hi = _from_words(tl.load(p + 4, mask=mask[:, :, None], other=0))
     return tl.join(lo, hi)
-
-
-@triton.jit
-def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr):
-    """The tile [BM, NG, 8, 2] at `base` in fp32 (masked elements are 0)."""
-    return _raw_to_f32(_loads(x_ptr, base, mask, M, COLWISE), COLWISE, X_BITS)
 
 
 @triton.jit
@@ -573,57 +553,18 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, LOOP: tl.constexpr):
-    """Quantize the [BM, NG*16] tiles of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
+                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
+    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
     OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
-    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined).
-    LOOP: a persistent grid, program p quantizing tiles p, p + P, ... and loading each next tile before
-    it works on the one it holds (a grid of one tile per program: the 2-D grid of tiles)."""
-    if COLWISE:
-        M = COLS
-    if SR and SEED_PTR:
-        seed = tl.load(seed_ptr)
-    args = (out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, M, K, seed)
-    if LOOP:
-        n_g = tl.cdiv(K // 16, NG)
-        n_tiles = n_g * tl.cdiv(M, BM)
-        i = tl.program_id(0)
-        _, _, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
-        raw = _loads(x_ptr, base, mask, M, COLWISE)
-        while i < n_tiles:
-            nxt = i + tl.num_programs(0)
-            _, _, mask, base = _tile_offsets(nxt // n_g, nxt % n_g, M, K, BM, NG, COLWISE, I64)
-            raw_next = _loads(x_ptr, base, mask, M, COLWISE)  # none past the last tile
-            _quantize_tile(raw, i // n_g, i % n_g, args, BM, NG, QB, BLOCK_2D, COLWISE, I64, RHT, KEEP_ROTATED,
-                           SCALE, SR, UNIFORM, STEP, CB, G, E8_SHIFT, FAST_DIV, WANT_CODES, WANT_DEQUANT, OUT_MODE,
-                           X_BITS, ROUNDS, COLS, RG, OUT_ROW, OUT_STRIDE)
-            raw = raw_next
-            i = nxt
-    else:
-        pid_g = tl.program_id(0)
-        pid_m = tl.program_id(1)
-        _, _, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
-        _quantize_tile(_loads(x_ptr, base, mask, M, COLWISE), pid_m, pid_g, args, BM, NG, QB, BLOCK_2D, COLWISE,
-                       I64, RHT, KEEP_ROTATED, SCALE, SR, UNIFORM, STEP, CB, G, E8_SHIFT, FAST_DIV, WANT_CODES,
-                       WANT_DEQUANT, OUT_MODE, X_BITS, ROUNDS, COLS, RG, OUT_ROW, OUT_STRIDE)
-
-
-@triton.jit
-def _quantize_tile(raw, pid_m, pid_g, args, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
-                   BLOCK_2D: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                   KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr, UNIFORM: tl.constexpr,
-                   STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
-                   FAST_DIV: tl.constexpr, WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr,
-                   OUT_MODE: tl.constexpr, X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr,
-                   RG: tl.constexpr, OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
-    """_quantize_kernel's work on one tile, given its loads (_loads)."""
-    out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, M, K, seed = args
+    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined)."""
+    pid_g = tl.program_id(0)
+    pid_m = tl.program_id(1)
     if COLWISE:
         M = COLS
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
-    x = _raw_to_f32(raw, COLWISE, X_BITS)                             # [BM, NG, 8, 2] fp32
+    x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
     if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
         x = _rotate(x, _signs(signs_ptr))
     xbits = x.to(tl.int32, bitcast=True)
@@ -666,6 +607,8 @@ def _quantize_tile(raw, pid_m, pid_g, args, BM: tl.constexpr, NG: tl.constexpr, 
         yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
+        if SEED_PTR:
+            seed = tl.load(seed_ptr)
         u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
     idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT)
 
@@ -787,20 +730,18 @@ def _check_device(x: torch.Tensor) -> bool:
 
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
           heavy: bool = False) -> tuple:
-    """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, programs per SM) for one
-    program; programs per SM 0 (or left out): one tile per program, else a persistent grid (the
-    quantize kernel's LOOP). Rowwise (not 2D) the view is one row of all groups (M = 1), so the warps'
-    lanes run along memory."""
+    """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps) for one program. Rowwise
+    (not 2D) the view is one row of all groups (M = 1), so the warps' lanes run along memory."""
     if tile is None:
         kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
         tiles = _TILES_INTERPRET if interpret else _TILES
         tile = tiles.get(kind + "_heavy", tiles[kind]) if heavy else tiles[kind]
-    bm, ng, nw, pps = tuple(tile) + (0,) * (4 - len(tile))
+    bm, ng, nw = tile
     bm = bm if colwise or block_2d else 1
     if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16):
         raise ValueError(f"tile {tile}: BM and NG must be powers of two, NG >= 2 for 32-blocks, BM >= 16 "
                          "for 16x16 tiles")
-    return bm, ng, nw, pps
+    return bm, ng, nw
 
 
 def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
@@ -843,7 +784,7 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         _launch(_amax_kernel, grid, interpret, (("num_warps", nw),),
                 (_amax_kernel, grid, nw, args[2:], x.dtype, x.data_ptr() % 16), args)
     else:
-        bm, ng, nw, _ = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
+        bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         xk = _tile_input(x, colwise, interpret)
         args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
@@ -1048,7 +989,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                          want_dequant)
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
-    bm, ng, nw, pps = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr)
+    bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr)
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
@@ -1060,11 +1001,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
-                  shape[-1], out_stride, pps > 0)
-    grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
-    if pps:  # persistent: 3 programs in the interpreter, to run the loop
-        grid = (min(grid[0] * grid[1], 3 if interpret else pps * _num_sms(torch.cuda.current_device())),)
-    return _Plan(colwise, M, K, grid, lead + (kq // 2,),
+                  shape[-1], out_stride)
+    return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 
@@ -1174,7 +1112,7 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
         raise ValueError(f"codes [..., K/2] with K a multiple of block={block} need scales [..., K/{block}]: for "
                          f"codes {shape}, scales {shape[:-1] + (K // block,)}; got scales {scales_shape}")
     uniform, step = _grid_params(levels)
-    _, ng, nw, _ = _tile(False, interpret, block, False, tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"])
+    _, ng, nw = _tile(False, interpret, block, False, tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"])
     N = math.prod(shape) * 2
     mul = step * 2.0**128 if uniform else 2.0**126  # see _dequantize_kernel
     constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], 21 if uniform else 22,

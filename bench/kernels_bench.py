@@ -37,12 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
 BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
-# (BM, NG, num_warps[, programs per SM: a persistent grid, each program loading its next tile before it
-# works on the one it holds])
-ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4),
-             (1, 32, 1, 16), (1, 32, 1, 24), (1, 64, 1, 8), (1, 64, 1, 12), (1, 64, 2, 8)]
-COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (32, 2, 1), (16, 4, 1), (32, 4, 2),  # 1 warp: no barriers
-             (64, 4, 4, 3), (128, 2, 4, 3), (32, 4, 2, 6), (16, 4, 1, 16)]
+ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4)]  # (BM, NG, num_warps)
+COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (32, 2, 1), (16, 4, 1), (32, 4, 2)]  # 1 warp: no barriers
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)

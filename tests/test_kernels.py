@@ -325,37 +325,6 @@ def test_rows_off_a_word_boundary(dtype):
     assert_same_bits(dq, ref.dequantize(keep_rotated=True), "dequant")
 
 
-LOOP_CASES = [(quant.QuantSpec("e2m1", 16, "fp32"), -1, (17, 96), (1, 4, 1, 2)),
-              (quant.QuantSpec("e1m2", 16, "fp32", rht=True), 0, (48, 17), (8, 2, 1, 2)),
-              (quant.QuantSpec("e2m1", 16, "e4m3", rht=True), -1, (3, 80), (1, 2, 1, 1)),
-              (quant.QuantSpec("e2m1", 32, "e8m0", rht=True), 0, (96, 5), (4, 2, 1, 1)),
-              (quant.QuantSpec("e2m1", 16, "fp32", block_2d=True), -1, (48, 32), (16, 1, 1, 1)),
-              (quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True), -1, (17, 96), (1, 4, 1, 2)),
-              (quant.QuantSpec("e1m2", 16, "fp32", "sr"), 0, (48, 17), (4, 2, 1, 2))]
-
-
-@pytest.mark.parametrize("spec, dim, shape, tile", LOOP_CASES, ids=lambda v: str(v) if isinstance(v, tuple) else None)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_persistent_grid_gives_the_same_bits(spec, dim, shape, tile, dtype):
-    """A tile with programs per SM (the persistent grid: a few programs, each looping over tiles and
-    loading the next before it works on the one it holds, ragged last tiles) gives the bits of the
-    grid of one tile per program: the reference's for RTNE, the same draws for SR; codes alone too."""
-    x = make_x(shape, dtype, seed=41).to(DEV)
-    tile = tile if DEV == "cpu" else (tile[0], tile[1], tile[2], 1)  # few programs: they loop on a GPU too
-    for want_dequant in (True, False):
-        kw = kernel_args(spec, dim, keep_rotated=True, seed=9, want_dequant=want_dequant)
-        want = kernels.quantize(x, **kw)
-        got = kernels.quantize(x, tile=tile, **kw)
-        for name, a, b in zip(("codes", "scales", "tensor scale", "dequant"), got, want):
-            if b is not None:
-                assert_same_bits(a, b, f"{name} with the persistent grid")
-    if spec.rounding == "rtne":
-        ref = quant.quantize(x.cpu(), spec, dim, signs=SIGNS)
-        assert_same_bits(got[0], ref.codes, "codes against the reference")
-        assert_same_bits(kernels.quantize(x, tile=tile, **kernel_args(spec, dim, keep_rotated=True))[3],
-                         ref.dequantize(keep_rotated=True), "dequant against the reference")
-
-
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 def test_e1m2_equals_int4_and_fake_quantize_equals_quantize(scale):
     x = make_x((5, 64), torch.bfloat16, seed=9)
