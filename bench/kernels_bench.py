@@ -5,7 +5,8 @@
    tensor against the reference run on the GPU, and on a smaller one against the reference run on
    the CPU (the spec itself). The reference on the two devices is also compared with itself.
 2. The fast exact division (RN(x/s) from RN(1/s) and two FMAs) against IEEE division, directly.
-3. Bandwidth: each kernel's median time (triton.testing.do_bench), the bytes it must move (read the
+3. Bandwidth: each kernel's median time (bench(): the L2 flushed by a read before each call; the table
+   also gives triton.testing.do_bench's, whose flush zeroes a buffer), the bytes it must move (read the
    input once, write its outputs once; e4m3 scales read it twice, as their tensor amax is a first
    pass over x), GB/s and % of the device-to-device copy bandwidth measured in the same run — for
    quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows and columns, the
@@ -30,6 +31,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -221,12 +223,41 @@ def warm_case(case):
     return case
 
 
-def bench(fn, dev):
+_FLUSH = {}
+
+
+def bench(fn, dev, flush="read"):
+    """fn's median time in ms over ~100 ms of calls, the L2 cache flushed before each. flush="read"
+    reads a 256 MiB buffer, which leaves the L2 holding clean lines only; flush="zero" is
+    triton.testing.do_bench's, which zeroes one: the L2 is then full of dirty lines, and the timed
+    kernel pays for writing ~50 MB of them back (several microseconds, more than a few percent of a
+    kernel that moves a few hundred MB)."""
     if dev == "cpu":
         t = time.perf_counter()
         fn()
         return (time.perf_counter() - t) * 1e3
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    if flush == "zero":
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    if "buf" not in _FLUSH:
+        _FLUSH["buf"] = torch.ones(1 << 26, dtype=torch.int32, device=dev)
+    buf = _FLUSH["buf"]
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    n = max(10, min(1000, int(0.1 / max((time.perf_counter() - t0) / 5, 1e-6))))
+    for _ in range(n // 4):  # warm-up
+        fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for start, end in events:
+        buf.amax()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def init_worker(cpu):
@@ -442,9 +473,10 @@ def main():
     table = res["table"] = []
     print("\nbytes = read x (bf16) once, twice for e4m3 scales (the tensor-amax pass, then the quantize "
           "pass) + write the outputs once; %copy = GB/s over the copy's GB/s; x alone = ms over the "
-          "variant without RHT")
+          "variant without RHT; L2 flushed by a read before each call (bench()); zeroed L2: ms and %copy with "
+          "triton's do_bench, whose flush leaves dirty lines")
     print(f"{'spec':28s} {'dim':>3s} {'output':8s} {'variant':13s} {'ms':>8s} {'GB/s':>7s} {'%copy':>6s} "
-          f"{'x alone':>7s}")
+          f"{'x alone':>7s} {'zeroed L2':>9s} {'%copy':>6s}")
     for name in names:
         for dim in (-1, 0):
             for out in ("dequant", "codes"):
@@ -452,13 +484,16 @@ def main():
                 for var in ("alone", "fused_rht", "separate_rht"):
                     fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs)
                     ms = bench(fn, dev)
+                    zeroed = bench(fn, dev, flush="zero")
                     alone = alone or ms
                     row = dict(spec=name, dim=dim, output=out, variant=var, ms=ms, bytes=nbytes,
                                GBps=nbytes / ms / 1e6, pct_copy=100 * nbytes / ms / 1e6 / copy,
-                               ratio_to_alone=ms / alone)
+                               ratio_to_alone=ms / alone, ms_zeroed_l2=zeroed,
+                               pct_copy_zeroed_l2=100 * nbytes / zeroed / 1e6 / copy)
                     table.append(row)
                     print(f"{name:28s} {dim:3d} {out:8s} {var:13s} {ms:8.4f} {row['GBps']:7.0f} "
-                          f"{row['pct_copy']:6.1f} {row['ratio_to_alone']:7.3f}", flush=True)
+                          f"{row['pct_copy']:6.1f} {row['ratio_to_alone']:7.3f} {zeroed:9.4f} "
+                          f"{row['pct_copy_zeroed_l2']:6.1f}", flush=True)
     res["sr_rounds"] = sr_rounds_table(x, signs, copy, dev)
     res["dequantize"] = dequantize_table(x, signs, copy, dev)
     res["ieee_division"] = []
