@@ -245,6 +245,30 @@ def test_stochastic_rounding(grid, use_rht):
     assert abs(torch.stack(ups).mean().item() - p_up) < bound, "P(round up) != distance to the lower level"
 
 
+@pytest.mark.parametrize("dim", [-1, 0])
+@pytest.mark.parametrize("use_rht", [False, True])
+def test_sr_bits_do_not_depend_on_the_tile(dim, use_rht):
+    """SR's draws and its y are per group, so two launch tiles give the same bits, also where a tile
+    holds a group out of the kernels' fast range (a tiny block) beside groups in it. The GPU case is
+    large: there y = x * RN(1/s) and the out-of-range steps' x / s differ by an ulp in some elements,
+    which flips a draw about once in tens of thousands. One tiny group in every 64 (along the
+    quantized dim: rows; across it: columns) puts one in every large tile, not in most small ones (a
+    tile with such a group once took the out-of-range steps for all of its groups)."""
+    shape = (8192, 8192) if DEV == "cuda" else (64, 96)
+    x = make_x(shape, torch.bfloat16, seed=43)
+    if dim == -1:
+        x[:, torch.arange(shape[1]) // 16 % 64 == 1] *= 1e-33
+        tiles = ((1, 64, 1), (1, 2, 1))
+    else:
+        x[:, torch.arange(shape[1]) % 64 == 1] *= 1e-33
+        tiles = ((64, 8, 4), (8, 8, 1)) if DEV == "cuda" else ((32, 4, 1), (8, 2, 1))
+    spec = quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=use_rht)
+    kw = kernel_args(spec, dim, seed=5, keep_rotated=True)
+    outs = [kernels.quantize(x.to(DEV), tile=t, **kw) for t in tiles]
+    for name, a, b in zip(("codes", "scales", "tensor scale", "dequant"), *outs):
+        assert_same_bits(a, b, f"{name}, tile {tiles[0]} against {tiles[1]}")
+
+
 @pytest.mark.parametrize("p", [2**-10, 1 / 3, 1 - 2**-10])
 def test_sr_mean_error_within_the_16_bit_bound(p):
     """|y| a fixed fraction p of the way from level 1 to 1.5 (e1m2, scale 1): over many draws the mean
