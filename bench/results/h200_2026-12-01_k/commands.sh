@@ -35,16 +35,16 @@ ncu --kernel-name _quantize_kernel --launch-count 15 --section SpeedOfLight --se
 
 # 4-6: call5_tma_probe_do_bench.txt, call6_tma_probe_cudagraph.txt (at 005c4b0 with scripts/tma_rows.patch
 #    applied: rows loaded by TMA tensor descriptors; call 4 failed on a launch-argument count, fixed in the
-#    patch). Call 6 is scripts/tma_probe.py with kb.bench replaced by triton.testing.do_bench_cudagraph,
-#    4 specs, quantize alone, tiles (1, 64, 1) and (1, 128, 2) (its copy GB/s is a graph memcpy node,
-#    not comparable)
-timeout 330 $py scripts/tma_probe.py
+#    patch). scripts/probes.py holds the probes as they ran (calls 5, 6 and 8 were two scripts, joined
+#    here; they printed 'x plain' where it prints 'x first'). Call 6 timed in CUDA graphs; its copy GB/s
+#    is a graph memcpy node, not comparable
+timeout 330 $py scripts/probes.py tma        # call 5; call 6: probes.py tma-graph
 
 # 7: call7_kernels.{txt,json} (at c00de2c: bench() flushes the L2 by a read; the README's table)
 timeout 420 $py bench/kernels_bench.py --workers 14 --out $out/kernels.json > $out/kernels.txt 2>&1
 
 # 8: call8_col_probe.txt (at c00de2c): column codes tiles (stopped by its 200 s limit in the last spec)
-timeout 200 $py scripts/col_probe.py
+timeout 200 $py scripts/probes.py col
 
 # 9: call9_sr_tile_test.txt (1b4d37b's kernels.py with an earlier form of the test, which put the tiny groups
 #    in the same tiles under both tile shapes; then c00de2c's kernels.py with the same test)
