@@ -595,18 +595,16 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     else:
         y = tl.math.div_rn(x, fe)
     yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
-    if rare:  # the reference's steps instead, for the groups out of range. Only yy is replaced (a branch
-        # computing more from x costs a copy of the tile's arithmetic in a second layout), and signed
-        # where the fast yy is (else the compiler takes |yy| before the branch, where it cannot fold
-        # into the addition). The groups in range keep their fast yy: SR's x * RN(1/s) may differ from
-        # x / s by an ulp, and a group's draws must not depend on the tile it shares with another.
+    if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
+        # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
+        # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
         if RG != 0.0:  # the fast s = amax / g may be off here
             f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
         xr = x * 0.25 if RHT else x
         fr = f[:, :, None, None]
         yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
         yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
-        yy = tl.where(bad[:, :, None, None], tl.where(yr == yr, yr, 0.0), yy)  # yr: NaN where 1/t overflowed
+        yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
         if SEED_PTR:
