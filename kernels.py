@@ -41,7 +41,8 @@ Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in 
 rounding is monotone); _div_fast's operands are in its range, for y and for the scales; and with
 fp32 scales |x / s| is at most g_max plus a few ulps, which rounds to at most g_max, so RTNE needs no
 clamp. A tile outside (tiny or huge blocks, 1/t overflowed) takes the reference's steps, in one
-branch that computes its scales again and replaces y.
+branch that computes its scales again and replaces y; SR with fp32 scales keeps y = x · RN(1/s) there,
+x and s of a group out of range first scaled by 2**±64, so a group's draws do not depend on its tile.
 Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
 0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
 and an RNE tie lands on the even multiple, which is the even level index. The bf16 -> fp32 input and
@@ -600,9 +601,18 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
         if RG != 0.0:  # the fast s = amax / g may be off here
             f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
-        xr = x * 0.25 if RHT else x
-        fr = f[:, :, None, None]
-        yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
+        if SCALE == 0 and SR and FAST_DIV:  # SR's y = x * RN(1/f) for every group, as above (a group's
+            # draws must not depend on the tile it shares), x and f of a group out of range scaled by
+            # 2**64 (tiny f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor
+            # loses bits (x / f, the reference's, differs from it by an ulp in some elements)
+            k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
+            fk = f * k * 4.0 if RHT else f * k
+            rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
+            yr = x * k[:, :, None, None] * rk[:, :, None, None]
+        else:
+            xr = x * 0.25 if RHT else x
+            fr = f[:, :, None, None]
+            yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
         yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
         yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below

@@ -245,6 +245,32 @@ def test_stochastic_rounding(grid, use_rht):
     assert abs(torch.stack(ups).mean().item() - p_up) < bound, "P(round up) != distance to the lower level"
 
 
+@pytest.mark.parametrize("dim", [-1, 0])
+@pytest.mark.parametrize("use_rht", [False, True])
+@pytest.mark.parametrize("power", [-120, 100])
+def test_sr_draws_do_not_change_with_a_power_of_two_scale(dim, use_rht, power):
+    """SR (fp32 scales) gives x * 2**p the codes of x, and its scales and dequant times 2**p exactly,
+    where 2**p takes most blocks out of the kernels' fast range (p = -120: tiny blocks, 100: huge
+    ones) and x has every block in it: every group takes y = x * RN(1/s), its out-of-range steps
+    included, so a group's draws depend neither on its magnitude nor on the tile it shares with
+    another group. (x / s, which those steps once took, differs from x * RN(1/s) by an ulp in about a
+    quarter of the elements, and such an ulp flips a draw with a probability of about ulp / step,
+    2**-21 or less: the GPU case, 67M elements, expects a few flips from it; the CPU case checks the
+    rest.)"""
+    shape = (8192, 8192) if DEV == "cuda" else (48, 96)
+    g = torch.Generator().manual_seed(44)  # magnitudes 2**-5 .. 2**26, zeros: x * 2**p stays normal
+    x = torch.randn(shape, generator=g).sign() * torch.exp2(torch.rand(shape, generator=g) * 11 - 5
+                                                            + torch.randint(0, 21, (shape[0], 1), generator=g))
+    x[0, :16], x[:16, 0], x[1, 1:5] = 0.0, 0.0, -0.0
+    spec = quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=use_rht)
+    kw = kernel_args(spec, dim, seed=5, keep_rotated=True, out_dtype=torch.float32)
+    codes, scales, _, dq = kernels.quantize(x.to(DEV), **kw)
+    codes_p, scales_p, _, dq_p = kernels.quantize((x * 2.0**power).to(DEV), **kw)
+    assert_same_bits(codes_p, codes, "codes")
+    assert_same_bits(scales_p, scales * 2.0**power, "scales")
+    assert_same_bits(dq_p, dq * 2.0**power, "dequant")
+
+
 @pytest.mark.parametrize("p", [2**-10, 1 / 3, 1 - 2**-10])
 def test_sr_mean_error_within_the_16_bit_bound(p):
     """|y| a fixed fraction p of the way from level 1 to 1.5 (e1m2, scale 1): over many draws the mean
