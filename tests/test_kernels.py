@@ -9,6 +9,7 @@ below, before triton is imported); the reference always runs on the CPU (it is t
 """
 import math
 import os
+import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -781,7 +782,8 @@ sys.path.insert(0, sys.argv[1])
 import kernels, quant
 Q = quant.QuantSpec
 cases = [(Q("e2m1", 16, "fp32"), d, c) for d in (-1, 0) for c in (True, False)] + [
-    (Q("e2m1", 32, "e8m0"), -1, True), (Q("e2m1", 32, "e8m0"), 0, False), (Q("e2m1", 32, "e8m0", rht=True), -1, False),
+    (Q("e2m1", 32, "e8m0"), -1, True), (Q("e2m1", 32, "e8m0"), 0, False),
+    (Q("e2m1", 32, "e8m0", rht=True), -1, False),
     (Q("e2m1", 16, "e4m3", rht=True), -1, True), (Q("e2m1", 16, "e4m3", rht=True), 0, False),
     (Q("e1m2", 16, "fp32", "sr"), -1, False), (Q("e1m2", 16, "fp32", "sr", rht=True), 0, True),
     (Q("e1m2", 16, "fp32", rht=True), -1, False), (Q("e2m1", 16, "fp32", block_2d=True), -1, True),
@@ -796,7 +798,8 @@ for spec, dim, codes in cases:
              "*i32" if spec.scale == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32"]
     constexprs = dict(zip(names[len(types):], (False,) + p.constexprs))
     signature = dict(zip(names, types), **{k: "constexpr" for k in constexprs})
-    src = ASTSource(kernels._quantize_kernel, signature, constexprs, {(i,): [["tt.divisibility", 16]] for i in range(10)})
+    hints = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # 16-byte pointers, M and K
+    src = ASTSource(kernels._quantize_kernel, signature, constexprs, hints)
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(p.options))
     print("compiled", spec, "dim", dim, "codes" if codes else "dequant", flush=True)
 print("cases", len(cases))
@@ -808,7 +811,6 @@ def test_quantize_kernel_compiles_for_sm90():
     interpreter that runs the other tests here does not compile the kernels, so it lets through what
     only the compiler rejects (a name that only one arm of a branch assigns, read in the other's
     dead code for some spec)."""
-    import subprocess
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = str(Path(__file__).resolve().parents[1])
     r = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, root], env=env, capture_output=True, text=True,
