@@ -530,7 +530,7 @@ def test_fake_quantize_joined_equals_the_parts(spec):
     """fake_quantize_joined (and its operator) gives each part's own bits, its own tensor amax and
     SR seed, in its place of the joined tensor: output gradients [M, N_i] along dim 1 (quantized
     along rows or columns), weights [N_i, K] along dim 0."""
-    ops, signs = torch.ops.nanofp4, SIGNS.to(DEV)
+    ops = torch.ops.nanofp4
     parts1 = [make_x((32, n), torch.bfloat16, seed=20 + n).to(DEV) for n in (64, 32, 32)]
     parts0 = [p.t().contiguous() for p in parts1]
     for parts, join in ((parts1, 1), (parts0, 0)):
