@@ -554,14 +554,15 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
+                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
     OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
-    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined)."""
-    pid_g = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined). M_FIRST: the grid's first axis runs
+    along m (programs launched one after another read the same rows of a column-wise x), else along g."""
+    pid_g = tl.program_id(1 if M_FIRST else 0)
+    pid_m = tl.program_id(0 if M_FIRST else 1)
     if COLWISE:
         M = COLS
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
@@ -682,12 +683,14 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 
 # ----------------------------------------------------------------------------- launchers
 _FLOATS = (torch.bfloat16, torch.float32)
-# (BM, NG, num_warps) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no dequantized output;
-# "_heavy": with RHT or SR, the kernels that need the most registers
+# (BM, NG, num_warps[, m_first]) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no
+# dequantized output; "_heavy": with RHT or SR, the kernels that need the most registers; "_e8m0": column
+# codes with e8m0 scales (any rounding, RHT or not); m_first (columns): the grid's first axis along m
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 64, 1), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
-          "col": (128, 2, 4), "col_heavy": (128, 2, 4), "col_codes": (64, 8, 4), "col_codes_heavy": (64, 4, 4),
-          "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
-_TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1), "row_codes": (1, 64, 1),
+          "col": (128, 2, 4, True), "col_heavy": (128, 2, 4, True), "col_codes": (64, 8, 4),
+          "col_codes_heavy": (64, 4, 4), "col_codes_e8m0": (64, 8, 4, True), "2d": (16, 16, 4),
+          "dequantize": (1, 128, 4)}
+_TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1, True), "row_codes": (1, 64, 1),
                     "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
 # and a persistent grid of this many programs per SM (3 programs in the interpreter, to run the loop)
@@ -739,19 +742,21 @@ def _check_device(x: torch.Tensor) -> bool:
 
 
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
-          heavy: bool = False) -> tuple:
-    """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps) for one program. Rowwise
-    (not 2D) the view is one row of all groups (M = 1), so the warps' lanes run along memory."""
+          heavy: bool = False, e8m0: bool = False) -> tuple:
+    """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first) for one program.
+    Rowwise (not 2D) the view is one row of all groups (M = 1), so the warps' lanes run along memory."""
     if tile is None:
         kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
         tiles = _TILES_INTERPRET if interpret else _TILES
-        tile = tiles.get(kind + "_heavy", tiles[kind]) if heavy else tiles[kind]
-    bm, ng, nw = tile
+        keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_heavy"] * heavy + [kind]
+        tile = tiles[next(k for k in keys if k in tiles)]
+    bm, ng, nw, *m_first = tile
     bm = bm if colwise or block_2d else 1
-    if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16):
+    if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16) or \
+            m_first not in ([], [False], [True]):
         raise ValueError(f"tile {tile}: BM and NG must be powers of two, NG >= 2 for 32-blocks, BM >= 16 "
-                         "for 16x16 tiles")
-    return bm, ng, nw
+                         "for 16x16 tiles; a 4th entry (m_first) is True or False")
+    return bm, ng, nw, bool(m_first and m_first[0]) and colwise
 
 
 def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
@@ -794,7 +799,7 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         _launch(_amax_kernel, grid, interpret, (("num_warps", nw),),
                 (_amax_kernel, grid, nw, args[2:], x.dtype, x.data_ptr() % 16), args)
     else:
-        bm, ng, nw = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
+        bm, ng, nw, _ = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         xk = _tile_input(x, colwise, interpret)
         args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
@@ -999,9 +1004,11 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                          want_dequant)
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
-    bm, ng, nw = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr)
+    bm, ng, nw, m_first = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
+                                scale_mode == "e8m0")
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
+    m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     x_bits = interpret and dtype == torch.bfloat16 and colwise  # as _tile_input gives x
@@ -1011,8 +1018,9 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
-                  shape[-1], out_stride)
-    return _Plan(colwise, M, K, (_cdiv(K // 16, ng), _cdiv(M, bm)), lead + (kq // 2,),
+                  shape[-1], out_stride, m_first)
+    grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
+    return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 
@@ -1122,7 +1130,7 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
         raise ValueError(f"codes [..., K/2] with K a multiple of block={block} need scales [..., K/{block}]: for "
                          f"codes {shape}, scales {shape[:-1] + (K // block,)}; got scales {scales_shape}")
     uniform, step = _grid_params(levels)
-    _, ng, nw = _tile(False, interpret, block, False, tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"])
+    _, ng, nw, _ = _tile(False, interpret, block, False, tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"])
     N = math.prod(shape) * 2
     mul = step * 2.0**128 if uniform else 2.0**126  # see _dequantize_kernel
     constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], 21 if uniform else 22,

@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
 BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
 ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4)]  # (BM, NG, num_warps)
-COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (32, 2, 1), (16, 4, 1), (32, 4, 2)]  # 1 warp: no barriers
+COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (32, 2, 1), (16, 4, 1), (32, 4, 2),  # 1 warp: no barriers
+             (64, 4, 4, True), (128, 2, 4, True), (64, 8, 4, True)]  # True: the grid's first axis along m
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
@@ -274,7 +275,8 @@ def save(res, path, t_start):
 
 def sweep_tiles(x, signs, cases, copy, dev):
     """Time the tile candidates; the best tile of each of kernels' tile kinds (orientation, output, and
-    "_heavy" with RHT or SR) is the one with the least total time over the specs of that kind."""
+    "_heavy" with RHT or SR; column codes with e8m0 scales are a kind of their own, "_e8m0") is the one
+    with the least total time over the specs of that kind."""
     specs, sweep, best = timed_specs(), [], {}
     for name, dim, out, var, tile, _ in cases:
         fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile)
@@ -283,8 +285,9 @@ def sweep_tiles(x, signs, cases, copy, dev):
                           pct_copy=100 * nbytes / ms / 1e6 / copy))
     def kind(r):
         heavy = r["variant"] == "fused_rht" or specs[r["spec"]].rounding == "sr"
+        e8m0 = r["dim"] == 0 and r["output"] == "codes" and specs[r["spec"]].scale == "e8m0"
         return ("col" if r["dim"] == 0 else "row") + ("_codes" if r["output"] == "codes" else "") + \
-            ("_heavy" if heavy else "")
+            ("_e8m0" if e8m0 else "_heavy" if heavy else "")
     for k in sorted({kind(r) for r in sweep}):
         tiles = COL_TILES if k.startswith("col") else ROW_TILES
         total = {t: sum(r["ms"] for r in sweep if kind(r) == k and r["tile"] == t) for t in tiles}
