@@ -84,7 +84,6 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
 SCALE_MODES = {"fp32": 0, "e4m3": 1, "e8m0": 2}
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")  # (no inline PTX there)
 E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # Rounds of Philox4x32 for stochastic rounding. Its authors (Salmon et al., SC'11) found 7 rounds to pass
 # TestU01's BigCrush and chose 10 as a margin (tl.randint4x's default); 7 make the SR kernel ~10% faster
@@ -392,44 +391,12 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
 
 
 @triton.jit
-def _mul_wide(a, B: tl.constexpr, ASM: tl.constexpr):
-    """(high, low) 32-bit halves of the 64-bit product a * B (uint32 a; ASM: the PTX that multiplies
-    by B): one mul.wide on GPUs, where mul.hi and mul.lo would be two instructions."""
-    if _INTERPRETED:
-        return tl.math.umulhi(a, B), a * B
-    return tl.inline_asm_elementwise(ASM, "=r,=r,r", [a], dtype=(tl.uint32, tl.uint32), is_pure=True, pack=1)
-
-
-@triton.jit
-def _philox(seed, c0, ROUNDS: tl.constexpr):
-    """tl.randint4x(seed, c0, ROUNDS) for int32 counters c0: the same Philox4x32 words (uint32), each
-    round's two products from _mul_wide."""
-    seed = seed.to(tl.uint64)
-    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
-    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    c0 = c0.to(tl.uint32)
-    c1 = c0 * 0
-    c2 = c1
-    c3 = c1
-    for _ in tl.static_range(ROUNDS):
-        h0, l0 = _mul_wide(c0, 0xD2511F53, "{ .reg .b64 t; mul.wide.u32 t, $2, 0xD2511F53; mov.b64 {$1, $0}, t; }")
-        h2, l2 = _mul_wide(c2, 0xCD9E8D57, "{ .reg .b64 t; mul.wide.u32 t, $2, 0xCD9E8D57; mov.b64 {$1, $0}, t; }")
-        c0 = h2 ^ c1 ^ k0
-        c2 = h0 ^ c3 ^ k1
-        c1 = l2
-        c3 = l0
-        k0 = k0 + 0x9E3779B9
-        k1 = k1 + 0xBB67AE85
-    return c0, c1, c2, c3
-
-
-@triton.jit
 def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.constexpr):
     """[BM, NG, 8, 2] uniforms u = (k + 1/2) * 2**-16 for 16-bit random integers k: 2 Philox calls (8
     words of 32 bits, two halves each) per group, with counters unique per group of the [M, K] view.
     Returns 1 + u (17 fraction bits: built exactly from bits), as _round_to_grid takes it."""
     offs = ((m[:, None] * (K // 16) + g[None, :]) * 2)[:, :, None] + tl.arange(0, 2)[None, None, :]
-    r0, r1, r2, r3 = _philox(seed, offs, ROUNDS)                            # uint32, each [BM, NG, 2]
+    r0, r1, r2, r3 = tl.randint4x(seed, offs, ROUNDS)                       # uint32, each [BM, NG, 2]
     r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8))
     k = tl.join(r & 0xFFFF, r >> 16)                                        # [BM, NG, 8, 2]
     return _bits_to_f32((k << 7) | 0x3F800040)

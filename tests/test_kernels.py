@@ -425,29 +425,6 @@ def test_qlinear_kernel_path_matches_reference(name):
         assert torch.equal(ref, got)
 
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-
-@triton.jit
-def _philox_words(out_ptr, seed, OURS: tl.constexpr, N: tl.constexpr, ROUNDS: tl.constexpr):
-    c = tl.arange(0, N) * 7919 + 12345
-    w = kernels._philox(seed, c, ROUNDS) if OURS else tl.randint4x(seed, c, ROUNDS)
-    for i in tl.static_range(4):
-        tl.store(out_ptr + i * N + tl.arange(0, N), w[i].to(tl.int32, bitcast=True))
-
-
-@pytest.mark.parametrize("seed", [0, 5, 2**31 - 1, -7, 2**40 + 3])
-def test_philox_gives_triton_randint4x_words(seed):
-    """kernels._philox (one wide multiply for each of a round's two products, inline PTX on GPUs) gives
-    the words of tl.randint4x for the same seed, counters and rounds."""
-    for rounds in (7, 10):
-        ours, theirs = (torch.zeros(4 * 256, dtype=torch.int32, device=DEV) for _ in range(2))
-        _philox_words[(1,)](ours, seed, True, 256, rounds)
-        _philox_words[(1,)](theirs, seed, False, 256, rounds)
-        assert torch.equal(ours, theirs), f"seed {seed}, {rounds} rounds"
-
-
 def test_kernel_backend_sr_is_reproducible_from_torch_seed():
     spec = quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True)
     x = torch.randn(16, 64).to(DEV)
