@@ -23,3 +23,7 @@ timeout 560 $py bench/kernels_bench.py --workers 14 --out $out/call4_kernels.jso
 
 # 5 (981175a): call5_kernels.{txt,json}: the table at the tiles kernels.py holds (the README's)
 timeout 330 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out $out/call5_kernels.json > $out/call5_kernels.txt 2>&1
+
+# 6 (714b642, reverted in ef45f96): call6_tests.txt, call6_kernels.{txt,json}
+timeout 110 $py -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "philox or stochastic or power_of_two or sr_ or seed or reproducible" > $out/call6_tests.txt 2>&1
+timeout 160 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out $out/call6_kernels.json > $out/call6_kernels.txt 2>&1
