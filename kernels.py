@@ -903,7 +903,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     rht_signs: the 16 RHT signs (fp32 ±1 on x's device) or None for no RHT; block_2d: 16x16 tiles;
     dim: -1 (any shape, rows) or 0 (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype);
     keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
-    num_warps) to override the launch shape; fast_div: divide (y, and the fp32 and e4m3 block scales)
+    num_warps[, m_first]) to override the launch shape; fast_div: divide (y, and the fp32 and e4m3 block scales)
     by FMA-corrected reciprocal multiplication (_div_fast, same bits) instead of IEEE division (GPUs;
     the interpreter where INTERPRET_FAST_DIV says its FMA is fused); tensor_amax (e4m3): x's tensor amax
     along dim, as tensor_amax or tensor_amax_both computed it (fp32, one element on x's device): the
@@ -1130,7 +1130,8 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
         raise ValueError(f"codes [..., K/2] with K a multiple of block={block} need scales [..., K/{block}]: for "
                          f"codes {shape}, scales {shape[:-1] + (K // block,)}; got scales {scales_shape}")
     uniform, step = _grid_params(levels)
-    _, ng, nw, _ = _tile(False, interpret, block, False, tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"])
+    tile = tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"]
+    _, ng, nw, _ = _tile(False, interpret, block, False, tile)
     N = math.prod(shape) * 2
     mul = step * 2.0**128 if uniform else 2.0**126  # see _dequantize_kernel
     constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], 21 if uniform else 22,

@@ -392,6 +392,7 @@ def test_bad_inputs_give_clear_errors():
         (dict(x=x, want_codes=False, want_dequant=False), "nothing to compute"),
         (dict(x=x, out_dtype=torch.float16), "out_dtype"),
         (dict(x=x, tile=(4, 3, 1)), "powers of two"),
+        (dict(x=x.t().contiguous(), dim=0, tile=(16, 4, 1, "yes")), "m_first"),
     ]
     for kw, message in cases:
         kw.setdefault("levels", e2m1)
