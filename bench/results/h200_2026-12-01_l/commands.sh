@@ -27,3 +27,8 @@ timeout 330 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --ou
 # 6 (714b642, reverted in ef45f96): call6_tests.txt, call6_kernels.{txt,json}
 timeout 110 $py -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "philox or stochastic or power_of_two or sr_ or seed or reproducible" > $out/call6_tests.txt 2>&1
 timeout 160 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out $out/call6_kernels.json > $out/call6_kernels.txt 2>&1
+
+# Offline (no GPU; the CPU machine's triton 3.6.0): the SASS counts of NOTES.md, for kernels.py as it is and
+# with scripts/rcp_fast.patch applied
+$py $s/sass_counts.py . e2m1,ufp4,sr
+git apply $s/rcp_fast.patch && $py $s/sass_counts.py . e2m1,ufp4,sr; git checkout kernels.py
