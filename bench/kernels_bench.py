@@ -421,7 +421,7 @@ def main():
     pool = mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args.cpu,))
     specs = timed_specs()
     names = list(specs)
-    tile_cases = [] if args.no_sweep else [  # every spec: a tile that suits the others can cost one 1.4x
+    tile_cases = [] if args.no_sweep else [  # every spec: a tile that suits the others can cost one 1.2x
         (name, dim, out, var, tile, dev) for name in names for dim in (-1, 0) for out in ("dequant", "codes")
         for var in ("alone", "fused_rht") for tile in (ROW_TILES if dim == -1 else COL_TILES)]
     if dev == "cuda":
