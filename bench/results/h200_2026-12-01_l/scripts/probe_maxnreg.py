@@ -65,7 +65,8 @@ def main():
                 fn, nb = kb.timing_calls(x, kb.timed_specs()[name], dim, "codes", var, signs)
                 got = [t if t.dtype != torch.float8_e4m3fn else t.view(torch.uint8) for t in fn() if t is not None]
                 ms = kb.bench(fn, "cuda")
-                same = "" if first is None else "bits equal " + str(all(torch.equal(a, b) for a, b in zip(got, first[1])))
+                same = "" if first is None else \
+                    "bits equal " + str(all(torch.equal(a, b) for a, b in zip(got, first[1])))
                 first = first or (ms, [t.clone() for t in got])
                 print(f"{name:28s} dim {dim:2d} codes {var:10s} maxnreg {str(n):5s} {ms:8.4f} ms "
                       f"{100 * nb / ms / 1e6 / copy:6.1f} %copy  x first {ms / first[0]:.3f} {same}", flush=True)
