@@ -1025,6 +1025,28 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 
 
+def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode: str = "fp32", sr: bool = False,
+                     rht: bool = False, block_2d: bool = False, dim: int = -1, want_codes: bool = True,
+                     tile: Optional[tuple] = None, arch: int = 90):
+    """The quantize kernel that quantize() would launch for a bf16 | fp32 tensor of this shape (bf16
+    dequantized output unless want_codes), compiled for CUDA compute capability `arch` with no GPU
+    present (Triton's compiler and the ptxas it ships; run it where TRITON_INTERPRET is unset). The
+    result's .asm["cubin"] holds the machine code."""
+    p = _plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
+              True, want_codes, not want_codes, tile, True, 0)
+    words = {torch.bfloat16: "*i32", torch.float32: "*i64"}[dtype]  # rows are read as words (_tile_input)
+    types = [("*bf16" if dtype == torch.bfloat16 else "*fp32") if p.colwise else words,
+             "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
+             ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",
+             "*i32" if scale_mode == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32"]
+    names = _quantize_kernel.arg_names
+    constexprs = dict(zip(names[len(types):], (False,) + p.constexprs))
+    signature = dict(zip(names, types), **{k: "constexpr" for k in constexprs})
+    hints = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # 16-byte pointers, M and K
+    src = triton.compiler.ASTSource(_quantize_kernel, signature, constexprs, hints)
+    return triton.compile(src, target=triton.backends.compiler.GPUTarget("cuda", arch, 32), options=dict(p.options))
+
+
 # Launch cost. kernel[grid](...) binds and specializes every argument on every call: tens of host
 # microseconds, which a small model's step (hundreds of quantize calls) pays in full. After the first
 # launch of a configuration, _launch keeps the compiled kernel and calls it directly. Its key holds

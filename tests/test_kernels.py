@@ -279,8 +279,9 @@ def test_sr_draws_do_not_change_with_a_power_of_two_scale(dim, use_rht, power):
 @pytest.mark.parametrize("p", [2**-10, 1 / 3, 1 - 2**-10])
 def test_sr_mean_error_within_the_16_bit_bound(p):
     """|y| a fixed fraction p of the way from level 1 to 1.5 (e1m2, scale 1): over many draws the mean
-    error is P(up) - p gaps, within the documented 2**-17 (no p here makes a tie) plus 5 sd of the mean. Near a level this is
-    sharp: with 8 random bits per element, |y| 2**-10 gaps above a level never rounds up (fails)."""
+    error is P(up) - p gaps, within the documented 2**-17 (no p here makes a tie) plus 5 sd of the mean.
+    Near a level this is sharp: with 8 random bits per element, |y| 2**-10 gaps above a level never
+    rounds up (fails)."""
     v = torch.tensor(1.0 + 0.5 * p)
     p = (v.double().item() - 1.0) / 0.5                          # p as represented in fp32
     x = v.expand(4096, 16).clone()
@@ -775,14 +776,12 @@ def test_empty_input_gives_empty_outputs_of_the_stored_dtypes(scale, dtype):
     assert deq.shape == (0, 64) and float(t) == 1.0
 
 
-# Compiled for a GPU without one: Triton's own compiler and the ptxas it ships, in a process without
-# TRITON_INTERPRET. (spec, dim, want_codes): every scale mode, RHT on and off, rows and columns, SR,
-# 16x16 tiles; want_codes alone, or the dequantized output alone.
+# Compiled for a GPU without one (kernels.compile_quantize), in a process without TRITON_INTERPRET.
+# (spec, dim, want_codes): every scale mode, RHT on and off, rows and columns, SR, 16x16 tiles; want_codes
+# alone, or the dequantized output alone.
 COMPILE_SCRIPT = r'''
 import sys
-import torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import torch
 sys.path.insert(0, sys.argv[1])
 import kernels, quant
 Q = quant.QuantSpec
@@ -793,19 +792,9 @@ cases = [(Q("e2m1", 16, "fp32"), d, c) for d in (-1, 0) for c in (True, False)] 
     (Q("e1m2", 16, "fp32", "sr"), -1, False), (Q("e1m2", 16, "fp32", "sr", rht=True), 0, True),
     (Q("e1m2", 16, "fp32", rht=True), -1, False), (Q("e2m1", 16, "fp32", block_2d=True), -1, True),
     (Q("e2m1", 16, "fp32", block_2d=True), -1, False)]
-names = kernels._quantize_kernel.arg_names
 for spec, dim, codes in cases:
-    p = kernels._plan((4096, 4096), torch.bfloat16, False, tuple(spec.levels), spec.block, spec.scale,
-                      spec.rounding == "sr", spec.rht, spec.block_2d, dim, torch.bfloat16, True, codes, not codes,
-                      None, True, 0)
-    types = ["*bf16" if p.colwise else "*i32", "*fp32" if codes else "*bf16", "*i64" if codes else "*fp32",
-             ("*fp32" if spec.scale == "fp32" else "*u8") if codes else "*fp32", "*fp32",
-             "*i32" if spec.scale == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32"]
-    constexprs = dict(zip(names[len(types):], (False,) + p.constexprs))
-    signature = dict(zip(names, types), **{k: "constexpr" for k in constexprs})
-    hints = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # 16-byte pointers, M and K
-    src = ASTSource(kernels._quantize_kernel, signature, constexprs, hints)
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(p.options))
+    kernels.compile_quantize((4096, 4096), torch.bfloat16, levels=spec.levels, block=spec.block, scale_mode=spec.scale,
+                             sr=spec.rounding == "sr", rht=spec.rht, block_2d=spec.block_2d, dim=dim, want_codes=codes)
     print("compiled", spec, "dim", dim, "codes" if codes else "dequant", flush=True)
 print("cases", len(cases))
 '''

@@ -1,5 +1,5 @@
-"""Compile the quantize kernel for sm_90 on a machine without a GPU (Triton's compiler and the ptxas,
-nvdisasm and cuobjdump it ships) and count its SASS: registers a thread and main-path instructions an
+"""Compile the quantize kernel for sm_90 on a machine without a GPU (kernels.compile_quantize; the
+nvdisasm and cuobjdump Triton ships) and count its SASS: registers a thread and main-path instructions an
 element. The main path is what a tile inside the fast range runs: the instructions up to the first
 unpredicated EXIT, less the largest forward conditional branch's block (the out-of-range steps) and
 the slow-path calls of rcp.rn / div.rn.
@@ -15,8 +15,6 @@ import tempfile
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 sys.path.insert(0, sys.argv[1])
 import kernels  # noqa: E402
@@ -30,19 +28,9 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
 
 
 def build(spec, dim, rht, codes, tile):
-    p = kernels._plan((8192, 8192), torch.bfloat16, False, tuple(spec.levels), spec.block, spec.scale,
-                      spec.rounding == "sr", rht, spec.block_2d, dim, torch.bfloat16, True, codes, not codes, tile,
-                      True, 0)
-    sig = {"x_ptr": "*bf16" if p.colwise else "*i32", "out_ptr": "*fp32" if codes else "*bf16",
-           "codes_ptr": "*i64" if codes else "*fp32",
-           "scales_ptr": ("*fp32" if spec.scale == "fp32" else "*u8") if codes else "*fp32", "signs_ptr": "*fp32",
-           "amax_ptr": "*i32" if spec.scale == "e4m3" else "*fp32", "tscale_ptr": "*fp32", "seed_ptr": "*fp32",
-           "M": "i32", "K": "i32", "seed": "i32"}
-    consts = dict(zip(kernels._quantize_kernel.arg_names[len(sig):], (False,) + p.constexprs))
-    sig.update({k: "constexpr" for k in consts})
-    hints = {(i,): [["tt.divisibility", 16]] for i in range(10)}
-    return triton.compile(ASTSource(kernels._quantize_kernel, sig, consts, hints), target=GPUTarget("cuda", 90, 32),
-                          options=dict(p.options))
+    return kernels.compile_quantize((8192, 8192), torch.bfloat16, levels=spec.levels, block=spec.block,
+                                    scale_mode=spec.scale, sr=spec.rounding == "sr", rht=rht, block_2d=spec.block_2d,
+                                    dim=dim, want_codes=codes, tile=tile)
 
 
 def main_path(cubin):
