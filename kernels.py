@@ -340,6 +340,16 @@ def _div_fast(x, s, r):
 
 
 @triton.jit
+def _rcp_fast(f):
+    """RN(1 / f) on GPUs for f of exponent field 1..252 (f in [2**-126, 2**126); the kernel's fast range
+    is inside it): the steps rcp.rn takes there, without its range test and slow path (MUFU.RCP, then
+    e = f * r - 1 and r + r * -e by FMA)."""
+    r = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [f], dtype=tl.float32, is_pure=True,
+                                  pack=1)
+    return tl.fma(r, -tl.fma(f, r, -1.0), r)
+
+
+@triton.jit
 def _outside_fast_range(v):
     """v outside [2**-98, 2**123], the range of the kernel's fast steps (module text); NaN is not."""
     return (v < 3.1554436208840472e-30) | (v > 1.0633823966279327e37)
@@ -364,7 +374,7 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
     t = tl.full((), 1.0, tl.float32)
     if SCALE == 0:    # fp32: s = amax / g; an all-zero block divides by 1 (y = 0)
         s = _div_fast(amax, G, RG) if RG != 0.0 else tl.math.div_rn(amax, G)
-        f = tl.where(finite & (s > 0), s, 1.0)
+        f = tl.where(s > 0, s, 1.0)  # (non-finite blocks have amax 0 here)
         deq = tl.where(finite, s, float("nan"))
         stored = deq
     elif SCALE == 1:  # e4m3: t = amax_T / (448 g); sb = e4m3(clamp((amax / g) / t)); f = (1 / t) / sb
@@ -578,7 +588,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG)  # per group
     # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
     if RHT or SCALE != 2:
-        bad = _outside_fast_range(f) | (f != f)
+        bad = _outside_fast_range(f)
+        if SCALE == 1:  # (fp32 and e8m0 scales' f are never NaN)
+            bad = bad | (f != f)
         if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
             bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
         rare = tl.max(bad.to(tl.int32)) > 0
@@ -591,7 +603,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if SCALE != 0:
         y = x * fe
     elif FAST_DIV:  # RN(1 / f): rcp.rn on GPUs, IEEE division in the interpreter (FAST_DIV 1)
-        r = (libdevice.rcp_rn(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff))[:, :, None, None]
+        r = (_rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff))[:, :, None, None]
         # SR takes x * r, within an ulp of x / s: far below its 2**-16 resolution (module doc)
         y = x * r if SR else _div_fast(x, fe, r)
     else:
