@@ -33,7 +33,11 @@ Exactness. Every step is the reference's fp32 operation in the same order: IEEE 
 (tl.math.div_rn; plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a
 multiplication by the exact power of two where the reference divides by one. For fp32 scales, x / s
 may instead be computed from RN(1/s) with two FMA corrections (_div_fast), which gives the same bits;
-stochastic rounding takes x · RN(1/s) itself (within an ulp of x / s, far below its 2**-16 steps).
+for bf16 x not rotated, one FMA does: RN(x / s) = RN(x·r + RN(x·z)), r = RN(1/s), z = RN(RN(1 - s·r)·r)
+(Brisebarre, Muller and Raina's division by a divisor known in advance, IEEE TC 2004). That is not
+exact for every fp32 s, but it is for every s = RN(amax / g) of a bf16 amax, g = k·2**j with k in
+{1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests check all their mantissas (the
+exponents scale every step exactly, in the fast range). Stochastic rounding takes x · RN(1/s) itself (within an ulp of x / s, far below its 2**-16 steps).
 The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a constant.
 Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]
 (and, for e4m3, t does and no block amax is below 2**-99): the rotated 4x lacks the butterfly's
@@ -564,13 +568,15 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr):
+                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
+                     X_BF16: tl.constexpr):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
     OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
     OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined). M_FIRST: the grid's first axis runs
-    along m (programs launched one after another read the same rows of a column-wise x), else along g."""
+    along m (programs launched one after another read the same rows of a column-wise x), else along g.
+    X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA)."""
     pid_g = tl.program_id(1 if M_FIRST else 0)
     pid_m = tl.program_id(0 if M_FIRST else 1)
     if COLWISE:
@@ -603,9 +609,14 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if SCALE != 0:
         y = x * fe
     elif FAST_DIV:  # RN(1 / f): rcp.rn on GPUs, IEEE division in the interpreter (FAST_DIV 1)
-        r = (_rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff))[:, :, None, None]
-        # SR takes x * r, within an ulp of x / s: far below its 2**-16 resolution (module doc)
-        y = x * r if SR else _div_fast(x, fe, r)
+        r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
+        r = r1[:, :, None, None]
+        if SR:  # x * r, within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
+            y = x * r
+        elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
+            y = tl.fma(x, r, x * (tl.fma(-ff, r1, 1.0) * r1)[:, :, None, None])
+        else:
+            y = _div_fast(x, fe, r)
     else:
         y = tl.math.div_rn(x, fe)
     yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
@@ -1030,7 +1041,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
-                  shape[-1], out_stride, m_first)
+                  shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht)
     grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
     return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,

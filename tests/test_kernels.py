@@ -167,6 +167,39 @@ def test_the_interpreters_fma_is_fused():
     assert kernels.INTERPRET_FAST_DIV or DEV == "cuda"
 
 
+
+def test_bf16_division_in_one_fma_is_exact():
+    """The kernels divide bf16 x (not rotated) by a fp32 block scale s = RN(amax / g) as
+    RN(x * r + RN(x * z)), r = RN(1 / s), z = RN(RN(1 - s * r) * r) (kernels' module doc). Every bf16
+    mantissa of x against every s of a bf16 amax mantissa gives RN(x / s), for g = k * 2**j with odd k
+    up to 7 (every g_max the kernels take: powers of two scale every step exactly). It is no theorem:
+    some other fp32 s (s = 1.6581196, x = 1) need the two-correction division. The kernel itself, on
+    blocks holding each amax mantissa and every x mantissa, gives the reference's codes."""
+    from conftest import fused_fma_f32
+    m = 1 + np.arange(128) / 128
+    x = np.concatenate([m, 2 * m, 4 * m]).astype(np.float32)[:, None]
+    for g in (1.0, 3.0, 5.0, 7.0, 6.0, 3.5):
+        s = (m / g).astype(np.float32)[None, :]
+        r = (1 / s.astype(np.float64)).astype(np.float32)
+        z = (fused_fma_f32(-s, r, np.ones_like(s)).astype(np.float64) * r).astype(np.float32)
+        xs, rs = np.broadcast_arrays(x, r)
+        y = fused_fma_f32(xs, rs, (xs.astype(np.float64) * z).astype(np.float32))
+        assert np.array_equal(y, (xs.astype(np.float64) / s).astype(np.float32)), g
+    s, x1 = np.float32(1.6581196), np.float32(1.0)
+    r = np.float32(1 / np.float64(s))
+    z = np.float32(np.float64(fused_fma_f32(-np.array([s]), np.array([r]), np.ones(1, np.float32))[0]) * r)
+    assert fused_fma_f32(np.array([x1]), np.array([r]), np.array([np.float32(x1 * np.float64(z))]))[0] \
+        != np.float32(np.float64(x1) / s)
+    vals = torch.tensor(np.concatenate([m, 2 * m, 4 * m]), dtype=torch.bfloat16)
+    blocks = torch.cat([vals, vals[:6]]).view(-1, 15)                 # 26 blocks of 15 x values
+    amax = (8 * torch.tensor(m, dtype=torch.bfloat16))[:, None, None].expand(128, 26, 1)
+    x = torch.cat([amax, blocks.expand(128, 26, 15)], 2).reshape(128, -1)
+    for spec in (quant.QuantSpec("e2m1", 16, "fp32"), quant.QuantSpec("e1m2", 16, "fp32")):
+        ref = quant.quantize(x, spec, -1)
+        codes, scales, _, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, -1))
+        assert_same_bits(codes, ref.codes, f"{spec} codes")
+        assert_same_bits(scales, ref.scales, f"{spec} scales")
+
 def _rn32(v: Fraction) -> float:
     """v rounded to the nearest fp32 (ties to even), exactly; normal range."""
     if v == 0:
