@@ -37,7 +37,9 @@ for bf16 x not rotated, one FMA does: RN(x / s) = RN(x·r + RN(x·z)), r = RN(1/
 (Brisebarre, Muller and Raina's division by a divisor known in advance, IEEE TC 2004). That is not
 exact for every fp32 s, but it is for every s = RN(amax / g) of a bf16 amax, g = k·2**j with k in
 {1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests check all their mantissas (the
-exponents scale every step exactly, in the fast range). Stochastic rounding takes x · RN(1/s) itself (within an ulp of x / s, far below its 2**-16 steps).
+exponents scale every step exactly, in the fast range). Stochastic rounding takes x · r' itself, r' =
+RN(1/s) less 4 ulps: within 5 ulps of x / s, far below its 2**-16 steps, and never above g_max (x <= amax,
+s >= (amax / g)(1 - 2**-24), r <= (1/s)(1 + 2**-24)), so |y| needs no clamp.
 The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a constant.
 Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]
 (and, for e4m3, t does and no block amax is below 2**-99): the rotated 4x lacks the butterfly's
@@ -45,7 +47,7 @@ Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in 
 rounding is monotone); _div_fast's operands are in its range, for y and for the scales; and with
 fp32 scales |x / s| is at most g_max plus a few ulps, which rounds to at most g_max, so RTNE needs no
 clamp. A tile outside (tiny or huge blocks, 1/t overflowed) takes the reference's steps, in one
-branch that computes its scales again and replaces y; SR with fp32 scales keeps y = x · RN(1/s) there,
+branch that computes its scales again and replaces y; SR with fp32 scales keeps y = x · r' there,
 x and s of a group out of range first scaled by 2**±64, so a group's draws do not depend on its tile.
 Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
 0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
@@ -290,9 +292,10 @@ def _block_amax(x, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2
 
 
 @triton.jit
-def _round_to_grid(y, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr,
+def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr,
                    INDEX_ONLY: tl.constexpr = False):
-    """|y| = ay <= g_max -> (level index int32, level value fp32), RTNE or SR (u1 = 1 + u, u in [0, 1)).
+    """|y| = ay <= g_max -> (level index int32, level value fp32), RTNE or SR (k: 16-bit random integers,
+    u = (k + 1/2) * 2**-16; u1 = 1 + u is built from bits).
 
     Near ay the levels are spaced sp apart: STEP on uniform grids; on E2M1 0.5 below 2, 1 up to 4,
     then 2. With c = sp * 2**23, the fp32 sum ay + c is ay rounded to a multiple of sp (RNE: a tie goes
@@ -300,6 +303,9 @@ def _round_to_grid(y, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.cons
     counts its steps above the first level of the spacing's range. SR rounds ay + (u - 1/2) * sp the
     same way, i.e. floor(ay / sp + u) * sp: it adds u1 * sp (exact, one FMA) and c - sp / 2 (the float
     below c), a sum of at least c + sp / 2, so v's spacing is sp and the level is v - (c + sp).
+    On uniform grids SR takes y = ay * 2**-9 / STEP + 2**-9 * (1 + 2**-17) instead (the caller's FMA:
+    the spacing is 2**-9 there, and u1 * sp = 2**-9 + 2**-26 + k * 2**-25), so that k * 2**-25 is one FMA on
+    k's bits as they are: the subnormal k * 2**-149 times 2**124.
 
     INDEX_ONLY (E2M1, RTNE; the level value is not returned): the index is T(ay) rounded to an
     integer, T = min(2a, a + 2, a / 2 + 4) the piecewise-linear map of the levels onto 0..7 (between
@@ -319,13 +325,13 @@ def _round_to_grid(y, u1, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.cons
         cb = tl.maximum(y.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000) + 0x0B000000
         c = _bits_to_f32(cb)
         base = (cb >> 22) - 298                        # index of level 0, 2 or 4 at spacing .5, 1, 2
+    if SR and UNIFORM:  # spacing 2**-9 (the level is scaled back by STEP * 2**9 in its one FMA, exactly)
+        v = tl.fma(_bits_to_f32(k), 2.1267647932558654e37, y) + 16383.9990234375      # 2**124; c - sp / 2
+        return v.to(tl.int32, bitcast=True) - 0x46800001, tl.fma(v, STEP * 512.0, STEP * -8388609.0)
     if SR:
-        if UNIFORM:
-            v = tl.fma(u1, STEP, ay) + STEP * 8388607.5
-            c = STEP * 8388609.0
-        else:
-            v = tl.fma(u1, _bits_to_f32(cb - 0x0B800000), ay) + _bits_to_f32(cb - 1)
-            c = _bits_to_f32(cb + 1)
+        u1 = _bits_to_f32((k << 7) | 0x3F800040)
+        v = tl.fma(u1, _bits_to_f32(cb - 0x0B800000), ay) + _bits_to_f32(cb - 1)
+        c = _bits_to_f32(cb + 1)
         cb = cb + 1
     else:
         v = ay + c
@@ -406,14 +412,13 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
 
 @triton.jit
 def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.constexpr):
-    """[BM, NG, 8, 2] uniforms u = (k + 1/2) * 2**-16 for 16-bit random integers k: 2 Philox calls (8
-    words of 32 bits, two halves each) per group, with counters unique per group of the [M, K] view.
-    Returns 1 + u (17 fraction bits: built exactly from bits), as _round_to_grid takes it."""
+    """[BM, NG, 8, 2] 16-bit random integers k (int32) for the uniforms u = (k + 1/2) * 2**-16: 2 Philox
+    calls (8 words of 32 bits, two halves each) per group, with counters unique per group of the [M, K]
+    view."""
     offs = ((m[:, None] * (K // 16) + g[None, :]) * 2)[:, :, None] + tl.arange(0, 2)[None, None, :]
     r0, r1, r2, r3 = tl.randint4x(seed, offs, ROUNDS)                       # uint32, each [BM, NG, 2]
     r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8))
-    k = tl.join(r & 0xFFFF, r >> 16)                                        # [BM, NG, 8, 2]
-    return _bits_to_f32((k << 7) | 0x3F800040)
+    return tl.join(r & 0xFFFF, r >> 16).to(tl.int32, bitcast=True)         # [BM, NG, 8, 2]
 
 
 @triton.jit
@@ -595,6 +600,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
     if RHT or SCALE != 2:
         bad = _outside_fast_range(f)
+        if SCALE == 0 and SR and UNIFORM:  # (f above 2**100: its r * 2**-9 / STEP would be subnormal)
+            bad = bad | (f > 1.2676506002282294e30)
         if SCALE == 1:  # (fp32 and e8m0 scales' f are never NaN)
             bad = bad | (f != f)
         if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
@@ -611,34 +618,42 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     elif FAST_DIV:  # RN(1 / f): rcp.rn on GPUs, IEEE division in the interpreter (FAST_DIV 1)
         r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
         r = r1[:, :, None, None]
-        if SR:  # x * r, within an ulp of x / s: far below SR's 2**-16 resolution (module doc)
-            y = x * r
+        if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
+            rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
+            if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
+                y = tl.fma(tl.abs(x), (rs * (0.001953125 / STEP))[:, :, None, None], 0.0019531399011611938)
+            else:
+                y = x * rs[:, :, None, None]
         elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
             y = tl.fma(x, r, x * (tl.fma(-ff, r1, 1.0) * r1)[:, :, None, None])
         else:
             y = _div_fast(x, fe, r)
     else:
         y = tl.math.div_rn(x, fe)
-    yy = y if SCALE == 0 and not SR else tl.minimum(tl.abs(y), G)
+    yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
+    if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
+        yy = tl.fma(yy, 0.001953125 / STEP, 0.0019531399011611938)
     if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
         # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
         # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
         if RG != 0.0:  # the fast s = amax / g may be off here
             f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
-        if SCALE == 0 and SR and FAST_DIV:  # SR's y = x * RN(1/f) for every group, as above (a group's
-            # draws must not depend on the tile it shares), x and f of a group out of range scaled by
-            # 2**64 (tiny f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor
-            # loses bits (x / f, the reference's, differs from it by an ulp in some elements)
+        if SCALE == 0 and SR and FAST_DIV:  # SR's y = x * (RN(1/f) less 4 ulps) for every group, as
+            # above (a group's draws must not depend on the tile it shares), x and f of a group out of
+            # range scaled by 2**64 (tiny f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither
+            # overflows nor loses bits
             k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
             fk = f * k * 4.0 if RHT else f * k
             rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
-            yr = x * k[:, :, None, None] * rk[:, :, None, None]
+            yr = x * k[:, :, None, None] * _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)[:, :, None, None]
         else:
             xr = x * 0.25 if RHT else x
             fr = f[:, :, None, None]
             yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
         yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
         yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
+        if SR and UNIFORM:
+            yy = tl.fma(yy, 0.001953125 / STEP, 0.0019531399011611938)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
         if SEED_PTR:
