@@ -638,22 +638,27 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
         if RG != 0.0:  # the fast s = amax / g may be off here
             f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
-        if SCALE == 0 and SR and FAST_DIV:  # SR's y = x * (RN(1/f) less 4 ulps) for every group, as
-            # above (a group's draws must not depend on the tile it shares), x and f of a group out of
-            # range scaled by 2**64 (tiny f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither
-            # overflows nor loses bits
+        if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
+            # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
+            # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
             k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
             fk = f * k * 4.0 if RHT else f * k
             rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
-            yr = x * k[:, :, None, None] * _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)[:, :, None, None]
+            rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
+            xk = x * k[:, :, None, None]
+            if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
+                yy = tl.fma(tl.abs(xk), (rk * (0.001953125 / STEP))[:, :, None, None], 0.0019531399011611938)
+                yy = tl.minimum(yy, G * (0.001953125 / STEP) + 0.0019531399011611938)
+            else:
+                yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
         else:
             xr = x * 0.25 if RHT else x
             fr = f[:, :, None, None]
             yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
-        yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
-        yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-        if SR and UNIFORM:
-            yy = tl.fma(yy, 0.001953125 / STEP, 0.0019531399011611938)
+            yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
+            yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
+            if SR and UNIFORM:
+                yy = tl.fma(yy, 0.001953125 / STEP, 0.0019531399011611938)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
         if SEED_PTR:
