@@ -40,7 +40,8 @@ exact for every fp32 s, but it is for every s = RN(amax / g) of a bf16 amax, g =
 exponents scale every step exactly, in the fast range). Stochastic rounding takes x · r' itself, r' =
 RN(1/s) less 4 ulps: within 5 ulps of x / s, far below its 2**-16 steps, and never above g_max (x <= amax,
 s >= (amax / g)(1 - 2**-24), r <= (1/s)(1 + 2**-24)), so |y| needs no clamp.
-The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a constant.
+The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a constant; for
+bf16 x not rotated, amax / g is the one-FMA division (_div_bf16: exact for every bf16 amax, tested).
 Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]
 (and, for e4m3, t does and no block amax is below 2**-99): the rotated 4x lacks the butterfly's
 0.25, and x / f = (4x) / (4f), x * f = 4x * (f / 4) exactly (the block amax takes the 0.25 once:
@@ -360,6 +361,13 @@ def _rcp_fast(f):
 
 
 @triton.jit
+def _div_bf16(x, r, z):
+    """RN(x / s) for bf16 x and s = g or s = RN(amax / g) (module doc): RN(x * r + RN(x * z)), r = RN(1 / s),
+    z = RN(RN(1 - s * r) * r)."""
+    return tl.fma(x, r, x * z)
+
+
+@triton.jit
 def _outside_fast_range(v):
     """v outside [2**-98, 2**123], the range of the kernel's fast steps (module text); NaN is not."""
     return (v < 3.1554436208840472e-30) | (v > 1.0633823966279327e37)
@@ -375,15 +383,18 @@ def _bf16_rne(f):
 
 @triton.jit
 def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
-                 RG: tl.constexpr = 0.0):
+                 RG: tl.constexpr = 0.0, X_BF16: tl.constexpr = False):
     """Block amax [BM, NG] (0 for non-finite blocks) -> (f, deq, stored, t): y = x / f (fp32 scales) or
     y = x * f (e4m3, e8m0); dequant = q * deq (NaN for non-finite blocks); the scale as stored; the
     tensor scale t. RG = RN(1 / g): amax / g (and e4m3's / t) by _div_fast, exact for amax >= 2**-100
     (or 0), s finite and t in [2**-100, 2**125] (else the caller computes it again: fp32 scales then
-    have an f out of the kernel's fast range, e4m3 scales are checked for both)."""
+    have an f out of the kernel's fast range, e4m3 scales are checked for both). X_BF16 (amax is a bf16
+    value): amax / g by _div_bf16."""
     t = tl.full((), 1.0, tl.float32)
+    if RG != 0.0:
+        ag = _div_bf16(amax, RG, tl.fma(tl.full((), -G, tl.float32), RG, 1.0) * RG) if X_BF16 else _div_fast(amax, G, RG)
     if SCALE == 0:    # fp32: s = amax / g; an all-zero block divides by 1 (y = 0)
-        s = _div_fast(amax, G, RG) if RG != 0.0 else tl.math.div_rn(amax, G)
+        s = ag if RG != 0.0 else tl.math.div_rn(amax, G)
         f = tl.where(s > 0, s, 1.0)  # (non-finite blocks have amax 0 here)
         deq = tl.where(finite, s, float("nan"))
         stored = deq
@@ -392,7 +403,7 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
         t = tl.where(amax_t > 0, tl.math.div_rn(amax_t, 448.0 * G), 1.0)
         it = tl.math.div_rn(1.0, t)
         if RG != 0.0:  # exact while amax >= 2**-100 (or 0) and t in the fast range
-            v = _div_fast(_div_fast(amax, G, RG), t, it)
+            v = _div_fast(ag, t, it)
         else:
             v = tl.math.div_rn(tl.math.div_rn(amax, G), t)
         v = tl.where(v != v, v, tl.minimum(tl.maximum(v, 0.015625), 448.0))
@@ -596,7 +607,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     amax = tl.where(finite, a, 0.0)
     if RHT:
         amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
-    f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG)  # per group
+    f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
     # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
     if RHT or SCALE != 2:
         bad = _outside_fast_range(f)
@@ -615,8 +626,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     fe = ff[:, :, None, None]
     if SCALE != 0:
         y = x * fe
-    elif FAST_DIV:  # RN(1 / f): rcp.rn on GPUs, IEEE division in the interpreter (FAST_DIV 1)
-        r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
+    elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast, or rcp.rn with RHT (2-4% faster there, H200), IEEE
+        # division in the interpreter (FAST_DIV 1)
+        r1 = (libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff)) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
         r = r1[:, :, None, None]
         if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
             rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
@@ -625,7 +637,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             else:
                 y = x * rs[:, :, None, None]
         elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
-            y = tl.fma(x, r, x * (tl.fma(-ff, r1, 1.0) * r1)[:, :, None, None])
+            y = _div_bf16(x, r, (tl.fma(-ff, r1, 1.0) * r1)[:, :, None, None])
         else:
             y = _div_fast(x, fe, r)
     else:

@@ -171,7 +171,8 @@ def test_the_interpreters_fma_is_fused():
 def test_bf16_division_in_one_fma_is_exact():
     """The kernels divide bf16 x (not rotated) by a fp32 block scale s = RN(amax / g) as
     RN(x * r + RN(x * z)), r = RN(1 / s), z = RN(RN(1 - s * r) * r) (kernels' module doc). Every bf16
-    mantissa of x against every s of a bf16 amax mantissa gives RN(x / s), for g = k * 2**j with odd k
+    mantissa of x against every s of a bf16 amax mantissa gives RN(x / s) (and s = RN(amax / g) itself
+    comes the same way from RN(1 / g)), for g = k * 2**j with odd k
     up to 7 (every g_max the kernels take: powers of two scale every step exactly). It is no theorem:
     some other fp32 s (s = 1.6581196, x = 1) need the two-correction division. The kernel itself, on
     blocks holding each amax mantissa and every x mantissa, gives the reference's codes."""
@@ -185,6 +186,10 @@ def test_bf16_division_in_one_fma_is_exact():
         xs, rs = np.broadcast_arrays(x, r)
         y = fused_fma_f32(xs, rs, (xs.astype(np.float64) * z).astype(np.float32))
         assert np.array_equal(y, (xs.astype(np.float64) / s).astype(np.float32)), g
+        rg, a = np.float32(1 / g), m.astype(np.float32)          # the block scale amax / g itself
+        zg = np.float32(np.float64(fused_fma_f32(np.float32([-g]), np.float32([rg]), np.ones(1, np.float32))[0]) * rg)
+        sg = fused_fma_f32(a, np.full_like(a, rg), (a.astype(np.float64) * zg).astype(np.float32))
+        assert np.array_equal(sg, s[0]), g
     s, x1 = np.float32(1.6581196), np.float32(1.0)
     r = np.float32(1 / np.float64(s))
     z = np.float32(np.float64(fused_fma_f32(-np.array([s]), np.array([r]), np.ones(1, np.float32))[0]) * r)
