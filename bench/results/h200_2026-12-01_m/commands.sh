@@ -30,3 +30,6 @@ timeout 300 $py bench/train_bench.py --compile full --steps 6 --warmup 2 --recip
 s=bench/results/h200_2026-12-01_l/scripts
 git worktree add /tmp/wt_cfd cfd6255 && $py $s/sass_counts.py /tmp/wt_cfd > sass_counts_cfd6255.txt; git worktree remove --force /tmp/wt_cfd
 $py $s/sass_counts.py . > sass_counts_80ca151.txt
+
+# 5 (2afb143): call5_kernels_sweep.txt (the tile sweep, cut by its limit)
+timeout 440 $py bench/kernels_bench.py --workers 14 --skip-check --out $out/call5_kernels_sweep.json > $out/call5_kernels_sweep.txt 2>&1
