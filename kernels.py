@@ -99,6 +99,8 @@ PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan cache
 # The fast exact division (_div_fast) needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma
 # twice, so it takes the IEEE division unless its FMA has been made exact (tests/conftest.py does so).
 INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
+# uniform-grid SR's y carries this constant (_round_to_grid): the uniform's 2**-9 * (1 + 2**-17)
+_SR_B = tl.constexpr(2.0**-9 * (1 + 2.0**-17))
 
 
 # ----------------------------------------------------------------------------- jit helpers
@@ -304,9 +306,9 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
     counts its steps above the first level of the spacing's range. SR rounds ay + (u - 1/2) * sp the
     same way, i.e. floor(ay / sp + u) * sp: it adds u1 * sp (exact, one FMA) and c - sp / 2 (the float
     below c), a sum of at least c + sp / 2, so v's spacing is sp and the level is v - (c + sp).
-    On uniform grids SR takes y = ay * 2**-9 / STEP + 2**-9 * (1 + 2**-17) instead (the caller's FMA:
-    the spacing is 2**-9 there, and u1 * sp = 2**-9 + 2**-26 + k * 2**-25), so that k * 2**-25 is one FMA on
-    k's bits as they are: the subnormal k * 2**-149 times 2**124.
+    On uniform grids SR takes y = ay * 2**-9 / STEP + _SR_B instead, _SR_B = 2**-9 * (1 + 2**-17) (the
+    caller's FMA: the spacing is 2**-9 there, and u1 * sp = 2**-9 + 2**-26 + k * 2**-25), so that k * 2**-25
+    is one FMA on k's bits as they are: the subnormal k * 2**-149 times 2**124.
 
     INDEX_ONLY (E2M1, RTNE; the level value is not returned): the index is T(ay) rounded to an
     integer, T = min(2a, a + 2, a / 2 + 4) the piecewise-linear map of the levels onto 0..7 (between
@@ -391,8 +393,11 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
     have an f out of the kernel's fast range, e4m3 scales are checked for both). X_BF16 (amax is a bf16
     value): amax / g by _div_bf16."""
     t = tl.full((), 1.0, tl.float32)
-    if RG != 0.0:
-        ag = _div_bf16(amax, RG, tl.fma(tl.full((), -G, tl.float32), RG, 1.0) * RG) if X_BF16 else _div_fast(amax, G, RG)
+    if RG != 0.0:  # amax / g
+        if X_BF16:
+            ag = _div_bf16(amax, RG, tl.fma(tl.full((), -G, tl.float32), RG, 1.0) * RG)
+        else:
+            ag = _div_fast(amax, G, RG)
     if SCALE == 0:    # fp32: s = amax / g; an all-zero block divides by 1 (y = 0)
         s = ag if RG != 0.0 else tl.math.div_rn(amax, G)
         f = tl.where(s > 0, s, 1.0)  # (non-finite blocks have amax 0 here)
@@ -633,7 +638,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
             rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
             if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
-                y = tl.fma(tl.abs(x), (rs * (0.001953125 / STEP))[:, :, None, None], 0.0019531399011611938)
+                y = tl.fma(tl.abs(x), (rs * (0.001953125 / STEP))[:, :, None, None], _SR_B)
             else:
                 y = x * rs[:, :, None, None]
         elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
@@ -644,7 +649,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         y = tl.math.div_rn(x, fe)
     yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
     if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
-        yy = tl.fma(yy, 0.001953125 / STEP, 0.0019531399011611938)
+        yy = tl.fma(yy, 0.001953125 / STEP, _SR_B)
     if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
         # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
         # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
@@ -659,8 +664,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
             xk = x * k[:, :, None, None]
             if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
-                yy = tl.fma(tl.abs(xk), (rk * (0.001953125 / STEP))[:, :, None, None], 0.0019531399011611938)
-                yy = tl.minimum(yy, G * (0.001953125 / STEP) + 0.0019531399011611938)
+                yy = tl.fma(tl.abs(xk), (rk * (0.001953125 / STEP))[:, :, None, None], _SR_B)
+                yy = tl.minimum(yy, G * (0.001953125 / STEP) + _SR_B)
             else:
                 yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
         else:
@@ -670,7 +675,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
             yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
             if SR and UNIFORM:
-                yy = tl.fma(yy, 0.001953125 / STEP, 0.0019531399011611938)
+                yy = tl.fma(yy, 0.001953125 / STEP, _SR_B)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
         if SEED_PTR:
