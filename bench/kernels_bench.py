@@ -273,10 +273,18 @@ def save(res, path, t_start):
         Path(path).write_text(json.dumps(res, indent=1))
 
 
+def tile_kind(spec, dim, out, var) -> str:
+    """The key of kernels._TILES a configuration takes: orientation, output, and "_heavy" with RHT or SR;
+    column codes with e8m0 scales are a kind of their own, "_e8m0"."""
+    heavy = var == "fused_rht" or spec.rounding == "sr"
+    e8m0 = dim == 0 and out == "codes" and spec.scale == "e8m0"
+    return ("col" if dim == 0 else "row") + ("_codes" if out == "codes" else "") + \
+        ("_e8m0" if e8m0 else "_heavy" if heavy else "")
+
+
 def sweep_tiles(x, signs, cases, copy, dev):
-    """Time the tile candidates; the best tile of each of kernels' tile kinds (orientation, output, and
-    "_heavy" with RHT or SR; column codes with e8m0 scales are a kind of their own, "_e8m0") is the one
-    with the least total time over the specs of that kind."""
+    """Time the tile candidates; the best tile of each tile kind (tile_kind) is the one with the least
+    total time over the specs of that kind."""
     specs, sweep, best = timed_specs(), [], {}
     for name, dim, out, var, tile, _ in cases:
         fn, nbytes = timing_calls(x, specs[name], dim, out, var, signs, tile)
@@ -284,10 +292,7 @@ def sweep_tiles(x, signs, cases, copy, dev):
         sweep.append(dict(spec=name, dim=dim, output=out, variant=var, tile=tile, ms=ms,
                           pct_copy=100 * nbytes / ms / 1e6 / copy))
     def kind(r):
-        heavy = r["variant"] == "fused_rht" or specs[r["spec"]].rounding == "sr"
-        e8m0 = r["dim"] == 0 and r["output"] == "codes" and specs[r["spec"]].scale == "e8m0"
-        return ("col" if r["dim"] == 0 else "row") + ("_codes" if r["output"] == "codes" else "") + \
-            ("_e8m0" if e8m0 else "_heavy" if heavy else "")
+        return tile_kind(specs[r["spec"]], r["dim"], r["output"], r["variant"])
     for k in sorted({kind(r) for r in sweep}):
         tiles = COL_TILES if k.startswith("col") else ROW_TILES
         total = {t: sum(r["ms"] for r in sweep if kind(r) == k and r["tile"] == t) for t in tiles}
@@ -412,6 +417,9 @@ def main():
     p.add_argument("--no-sweep", action="store_true",
                    help="no tile sweeps: every kernel takes the tiles kernels.py holds (a quick table)")
     p.add_argument("--amax-only", action="store_true", help="only the tensor-amax passes: their sweep and table")
+    p.add_argument("--sweep-kinds", default=None, metavar="K1,K2",
+                   help="sweep only these tile kinds (keys of kernels._TILES, e.g. row_codes,col_codes; the "
+                        "whole sweep takes ~7 minutes on an H200); the others keep kernels.py's tiles")
     args = p.parse_args()
     setup(args.cpu)
     dev = "cpu" if args.cpu else "cuda"
@@ -424,6 +432,12 @@ def main():
     tile_cases = [] if args.no_sweep else [  # every spec: a tile that suits the others can cost one 1.2x
         (name, dim, out, var, tile, dev) for name in names for dim in (-1, 0) for out in ("dequant", "codes")
         for var in ("alone", "fused_rht") for tile in (ROW_TILES if dim == -1 else COL_TILES)]
+    if args.sweep_kinds:
+        kinds = set(args.sweep_kinds.split(","))
+        if not kinds <= set(kernels._TILES):
+            p.error(f"--sweep-kinds: unknown kind(s) {sorted(kinds - set(kernels._TILES))}; "
+                    f"choose from {sorted(kernels._TILES)}")
+        tile_cases = [c for c in tile_cases if tile_kind(specs[c[0]], *c[1:4]) in kinds]
     if dev == "cuda":
         pool.map(warm_case, tile_cases)  # compile in parallel; the sweep then finds them cached
     print(f"sweep kernels compiled after {time.time() - t_start:.0f} s", flush=True)
