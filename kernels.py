@@ -363,10 +363,10 @@ def _rcp_fast(f):
 
 
 @triton.jit
-def _div_bf16(x, r, z):
-    """RN(x / s) for bf16 x and s = g or s = RN(amax / g) (module doc): RN(x * r + RN(x * z)), r = RN(1 / s),
-    z = RN(RN(1 - s * r) * r)."""
-    return tl.fma(x, r, x * z)
+def _div_bf16(x, s, r):
+    """RN(x / s) for bf16 x and s = g or s = RN(amax / g) (module doc), r = RN(1 / s): RN(x * r + RN(x * z)),
+    z = RN(RN(1 - s * r) * r) (s and r per group, or constants: z is not computed per element)."""
+    return tl.fma(x, r, x * (tl.fma(-s, r, 1.0) * r))
 
 
 @triton.jit
@@ -395,7 +395,7 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
     t = tl.full((), 1.0, tl.float32)
     if RG != 0.0:  # amax / g
         if X_BF16:
-            ag = _div_bf16(amax, RG, tl.fma(tl.full((), -G, tl.float32), RG, 1.0) * RG)
+            ag = _div_bf16(amax, tl.full((), G, tl.float32), RG)
         else:
             ag = _div_fast(amax, G, RG)
     if SCALE == 0:    # fp32: s = amax / g; an all-zero block divides by 1 (y = 0)
@@ -642,7 +642,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             else:
                 y = x * rs[:, :, None, None]
         elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
-            y = _div_bf16(x, r, (tl.fma(-ff, r1, 1.0) * r1)[:, :, None, None])
+            y = _div_bf16(x, fe, r)
         else:
             y = _div_fast(x, fe, r)
     else:
