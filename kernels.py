@@ -29,27 +29,28 @@ halves of words holding two elements (bf16: int32, fp32: int64; _from_words spli
 and a mask, cheaper than the compiler's conversions); columnwise, a group is 16 row vectors, each
 contiguous along C, and only the codes are transposed (in registers) before they are stored.
 
-Exactness. Every step is the reference's fp32 operation in the same order: IEEE division
-(tl.math.div_rn; plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a
-multiplication by the exact power of two where the reference divides by one. For fp32 scales, x / s
-may instead be computed from RN(1/s) with two FMA corrections (_div_fast), which gives the same bits;
-for bf16 x not rotated, one FMA does: RN(x / s) = RN(x·r + RN(x·z)), r = RN(1/s), z = RN(RN(1 - s·r)·r)
-(Brisebarre, Muller and Raina's division by a divisor known in advance, IEEE TC 2004). That is not
-exact for every fp32 s, but it is for every s = RN(amax / g) of a bf16 amax, g = k·2**j with k in
-{1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests check all their mantissas (the
-exponents scale every step exactly, in the fast range). Stochastic rounding takes x · r' itself, r' =
-RN(1/s) less 4 ulps: within 5 ulps of x / s, far below its 2**-16 steps, and never above g_max (x <= amax,
-s >= (amax / g)(1 - 2**-24), r <= (1/s)(1 + 2**-24)), so |y| needs no clamp.
-The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a constant; for
-bf16 x not rotated, amax / g is the one-FMA division (_div_bf16: exact for every bf16 amax, tested).
-Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]
-(and, for e4m3, t does and no block amax is below 2**-99): the rotated 4x lacks the butterfly's
-0.25, and x / f = (4x) / (4f), x * f = 4x * (f / 4) exactly (the block amax takes the 0.25 once:
-rounding is monotone); _div_fast's operands are in its range, for y and for the scales; and with
-fp32 scales |x / s| is at most g_max plus a few ulps, which rounds to at most g_max, so RTNE needs no
-clamp. A tile outside (tiny or huge blocks, 1/t overflowed) takes the reference's steps, in one
-branch that computes its scales again and replaces y; SR with fp32 scales keeps y = x · r' there,
-x and s of a group out of range first scaled by 2**±64, so a group's draws do not depend on its tile.
+Exactness. Every step is the reference's fp32 operation in the same order: IEEE division (tl.math.div_rn;
+plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a multiplication by the
+exact power of two where the reference divides by one. For fp32 scales, x / s may instead be computed
+from RN(1/s) by FMAs (_div_fast: the one-FMA step below, faithful for every x, then one Newton
+correction), which gives the same bits; for bf16 x not rotated, one FMA does: RN(x / s) = RN(x·r +
+RN(x·z)), r = RN(1/s), z = RN(RN(1 - s·r)·r) (Brisebarre, Muller and Raina's division by a divisor known
+in advance, IEEE TC 2004). That is not exact for every fp32 s, but it is for every s = RN(amax / g) of a
+bf16 amax, g = k·2**j with k in {1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests
+check all their mantissas (the exponents scale every step exactly, in the fast range). Stochastic
+rounding takes x · r' itself, r' = RN(1/s) less 4 ulps: within 5 ulps of x / s, far below its 2**-16
+steps, and never above g_max (x <= amax, s >= (amax / g)(1 - 2**-24), r <= (1/s)(1 + 2**-24)), so |y|
+needs no clamp. The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a
+constant; for bf16 x not rotated, amax / g is the one-FMA division (_div_bf16: exact for every bf16 amax,
+tested). Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]
+(2**122 with RHT and fp32 scales, whose divisor is 4f; and, for e4m3, t is in that range and no block
+amax is below 2**-99): the rotated 4x lacks the butterfly's 0.25, and x / f = (4x) / (4f), x * f = 4x *
+(f / 4) exactly (the block amax takes the 0.25 once: rounding is monotone); _div_fast's operands are in
+its range, for y and for the scales; and with fp32 scales |x / s| is at most g_max plus a few ulps, which
+rounds to at most g_max, so RTNE needs no clamp. A tile outside (tiny or huge blocks, 1/t overflowed)
+takes the reference's steps, in one branch that computes its scales again and replaces y; SR with fp32
+scales keeps y = x · r' there, x and s of a group out of range first scaled by 2**±64, so a group's draws
+do not depend on its tile.
 Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
 0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
 and an RNE tie lands on the even multiple, which is the even level index. The bf16 -> fp32 input and
@@ -128,7 +129,7 @@ def _rotate(v, signs, PAIR_MAX: tl.constexpr = False):
     a, b = tl.split(tl.permute(tl.reshape(v, (BM, NG, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
     sa, sb = tl.split(tl.permute(tl.reshape(signs, (1, 1, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
     t = b * sb
-    v = tl.join(tl.fma(a, sa, t), tl.fma(a, sa, -t))
+    v = tl.join(tl.fma(a, sa, t), tl.fma(a, sa, t * -1.0))
     for _ in tl.static_range(2):
         v = tl.permute(v, (0, 1, 5, 2, 3, 4))
         a, b = tl.split(v)
@@ -342,13 +343,24 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
 
 
 @triton.jit
+def _div_bf16(x, s, r):
+    """RN(x / s) for bf16 x and s = g or s = RN(amax / g) (module doc), r = RN(1 / s): RN(x * r + RN(x * z)),
+    z = RN(RN(1 - s * r) * r) (s and r per group, or constants: z is not computed per element). For
+    other x and s it is faithful (_div_fast)."""
+    return tl.fma(x, r, x * (tl.fma(-s, r, 1.0) * r))
+
+
+@triton.jit
 def _div_fast(x, s, r):
-    """RN(x / s) from r = RN(1 / s) with two Newton corrections q += (x - s*q) * r by FMA: the first
-    makes q faithful, so by Markstein's theorem the second gives RN(x / s) exactly, provided the
-    remainders x - s*q do not underflow: s in [2**-100, 2**125] and |x / s| >= 2**-3. Smaller
-    quotients come out within a few ulps (and +0 for -0), which rounds to level 0 all the same."""
-    q = x * r
-    q = tl.fma(tl.fma(-s, q, x), r, q)
+    """RN(x / s) from r = RN(1 / s): the one-FMA division q = RN(x*r + RN(x*z)) (_div_bf16) is faithful
+    for every x, and one Newton correction q += (x - s*q) * r by FMA then gives RN(x / s) exactly
+    (Markstein's theorem), provided s in [2**-100, 2**124] and |x / s| >= 2**-3. Why q is faithful:
+    e = 1 - s*r is exact, 1/s = r + e*r + e*e/s, and z = RN(e*r) is off by 2**-24 |e*r| or, subnormal,
+    2**-150 (s <= 2**124 keeps x times that below 2**-26 |x/s|), so x*r + RN(x*z) is within 2**-25 |x/s|
+    of x/s and its rounding within one ulp; the remainders x - s*q are exact (no underflow in that
+    range). Smaller quotients come out within a few ulps (and +0 for -0), which rounds to level 0 all the
+    same."""
+    q = _div_bf16(x, s, r)
     return tl.fma(tl.fma(-s, q, x), r, q)
 
 
@@ -360,13 +372,6 @@ def _rcp_fast(f):
     r = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [f], dtype=tl.float32, is_pure=True,
                                   pack=1)
     return tl.fma(r, -tl.fma(f, r, -1.0), r)
-
-
-@triton.jit
-def _div_bf16(x, s, r):
-    """RN(x / s) for bf16 x and s = g or s = RN(amax / g) (module doc), r = RN(1 / s): RN(x * r + RN(x * z)),
-    z = RN(RN(1 - s * r) * r) (s and r per group, or constants: z is not computed per element)."""
-    return tl.fma(x, r, x * (tl.fma(-s, r, 1.0) * r))
 
 
 @triton.jit
@@ -618,6 +623,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         bad = _outside_fast_range(f)
         if SCALE == 0 and SR and UNIFORM:  # (f above 2**100: its r * 2**-9 / STEP would be subnormal)
             bad = bad | (f > 1.2676506002282294e30)
+        elif SCALE == 0 and RHT:  # (4f above 2**124: out of _div_fast's range)
+            bad = bad | (f > 5.316911983139664e36)
         if SCALE == 1:  # (fp32 and e8m0 scales' f are never NaN)
             bad = bad | (f != f)
         if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)

@@ -205,6 +205,36 @@ def test_bf16_division_in_one_fma_is_exact():
         assert_same_bits(codes, ref.codes, f"{spec} codes")
         assert_same_bits(scales, ref.scales, f"{spec} scales")
 
+def test_fast_division_is_exact():
+    """_div_fast, x / s for any fp32 x and s (rotated x): q = RN(x * r + RN(x * z)) as above, then one
+    correction q + RN(x - s * q) * r by FMA gives RN(x / s) for s in [2**-100, 2**124] and quotients of
+    at least 2**-3, on quotients next to fp32 midpoints (where the one-FMA step alone can be off, as
+    for s = 1.6581196, x = 1) and random ones, with s up to 2**124 (where z is subnormal)."""
+    from conftest import fused_fma_f32
+    g = np.random.default_rng(0)
+    n = 1 << 20
+    e = g.integers(-100, 124, n)
+    e[: n // 8] = 123                                                # z subnormal for most of these
+    s = np.ldexp(1 + g.random(n), e).astype(np.float32)
+    s[0] = np.float32(1.6581196)
+    q = np.float32(2.0) ** g.integers(-3, 3, n).astype(np.float32) * (1 + g.random(n)).astype(np.float32)
+    mid = q.astype(np.float64) + np.spacing(q).astype(np.float64) / 2   # an fp32 midpoint
+    x = (mid * s).astype(np.float32)
+    x = np.where(np.arange(n) % 3 == 0, q * s, x).astype(np.float32)   # and plain quotients
+    x = np.where(g.random(n) < 0.5, -x, x).astype(np.float32)
+    x[0] = np.float32(1.0)
+    r = (1 / s.astype(np.float64)).astype(np.float32)
+    z = (fused_fma_f32(-s, r, np.ones_like(s)).astype(np.float64) * r).astype(np.float32)
+    q1 = fused_fma_f32(x, r, (x.astype(np.float64) * z).astype(np.float32))
+    exact = (x.astype(np.float64) / s).astype(np.float32)             # (division in fp64: innocuous)
+    assert 100 < np.count_nonzero(q1 != exact)                        # the one-FMA step alone is not exact
+    assert np.all(np.abs(q1.astype(np.float64) - exact) <= np.spacing(np.abs(exact)))  # but faithful
+    q2 = fused_fma_f32(fused_fma_f32(-s, q1, x), r, q1)
+    keep = np.abs(exact) >= 0.125
+    assert keep.mean() > 0.99
+    assert np.array_equal(q2[keep], exact[keep])
+
+
 def _rn32(v: Fraction) -> float:
     """v rounded to the nearest fp32 (ties to even), exactly; normal range."""
     if v == 0:
