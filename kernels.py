@@ -96,9 +96,6 @@ E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # Rounds of Philox4x32 for stochastic rounding. Its authors (Salmon et al., SC'11) found 7 rounds to pass
 # TestU01's BigCrush and chose 10 as a margin (tl.randint4x's default); 7 make the SR kernel ~10% faster
 # (bench/kernels_bench.py times both), and the SR tests check its statistics.
-# Rowwise quantize kernels with RHT or SR (the heavy ones) run a persistent grid of this many programs
-# per SM, each loading its next tile before it quantizes the current one (0: one program per tile).
-ROW_PROGRAMS_PER_SM = 0  # read by _plan, as PHILOX_ROUNDS
 PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan caches it: cache_clear() after a change)
 # The fast exact division (_div_fast) needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma
 # twice, so it takes the IEEE division unless its FMA has been made exact (tests/conftest.py does so).
@@ -213,13 +210,6 @@ def _from_words(w):
 
 
 @triton.jit
-def _load_words(x_ptr, base, mask):
-    """A rowwise tile's two halves of words [BM, NG, 4] (_from_words), as loaded."""
-    p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
-    return tl.load(p, mask=mask[:, :, None], other=0), tl.load(p + 4, mask=mask[:, :, None], other=0)
-
-
-@triton.jit
 def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr):
     """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0). Rowwise x comes as words of two
     elements (_from_words): cheaper than the compiler's conversions, and exact in the interpreter."""
@@ -231,9 +221,9 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
         lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
         hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
     else:
-        lo, hi = _load_words(x_ptr, base, mask)
-        lo = _from_words(lo)
-        hi = _from_words(hi)
+        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
+        lo = _from_words(tl.load(p, mask=mask[:, :, None], other=0))
+        hi = _from_words(tl.load(p + 4, mask=mask[:, :, None], other=0))
     return tl.join(lo, hi)
 
 
@@ -593,23 +583,34 @@ def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, 
     tl.atomic_max(amax_ptr + 1, (amax_c * 0.25).to(tl.int32, bitcast=True))
 
 
-@triton.jit
-def _quantize_tile(x, sg, m, g, mask, base, pid_m, pid_g, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
-                   tscale_ptr, seed_ptr, M, K, seed,
-                   SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
-                   BLOCK_2D: tl.constexpr,
-                   COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                   KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
-                   UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
-                   E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
-                   WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                   X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                   OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
-                   X_BF16: tl.constexpr):
-    """_quantize_kernel's work on one tile x [BM, NG, 8, 2] (fp32) at rows m, groups g; sg: the RHT
-    signs (_signs) if RHT."""
+@triton.jit(do_not_specialize=["seed"])
+def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
+                     M, K, seed,
+                     SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
+                     BLOCK_2D: tl.constexpr,
+                     COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
+                     KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
+                     UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
+                     E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
+                     WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
+                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
+                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
+                     X_BF16: tl.constexpr):
+    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
+    SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
+    COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
+    OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
+    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined). M_FIRST: the grid's first axis runs
+    along m (programs launched one after another read the same rows of a column-wise x), else along g.
+    X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA)."""
+    pid_g = tl.program_id(1 if M_FIRST else 0)
+    pid_m = tl.program_id(0 if M_FIRST else 1)
+    if COLWISE:
+        M = COLS
+    m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
+    x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
     if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
-        x = _rotate(x, sg)
+        x = _rotate(x, _signs(signs_ptr))
     xbits = x.to(tl.int32, bitcast=True)
     a = _block_amax(x, BM, NG, QB, BLOCK_2D)                          # [BM, NG]
     finite = a < float("inf")                                         # False for NaN
@@ -709,59 +710,6 @@ def _quantize_tile(x, sg, m, g, mask, base, pid_m, pid_g, out_ptr, codes_ptr, sc
             step = OUT_STRIDE
         _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, step, COLWISE, RHT,
                        KEEP_ROTATED, OUT_MODE)
-
-
-
-
-@triton.jit(do_not_specialize=["seed"])
-def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
-                     M, K, seed,
-                     SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
-                     BLOCK_2D: tl.constexpr,
-                     COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                     KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr,
-                     UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr,
-                     E8_SHIFT: tl.constexpr, FAST_DIV: tl.constexpr,
-                     WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
-                     X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
-                     OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
-                     X_BF16: tl.constexpr, PERSIST: tl.constexpr):
-    """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
-    SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
-    COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
-    OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
-    OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined). M_FIRST: the grid's first axis runs
-    along m (programs launched one after another read the same rows of a column-wise x), else along g.
-    X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA). PERSIST (rowwise): a
-    grid of fewer programs, each taking tiles pid, pid + P, ... and loading the next tile's words before
-    it quantizes the current one (their latency hides behind its arithmetic)."""
-    sg = _signs(signs_ptr) if RHT else 0.0
-    if PERSIST:
-        n_t = tl.cdiv(K // 16, NG)
-        P = tl.num_programs(0)
-        _, _, mask, base = _tile_offsets(0, tl.program_id(0), M, K, BM, NG, False, I64)
-        lo, hi = _load_words(x_ptr, base, mask)
-        for t in range(tl.program_id(0), n_t, P):
-            m, g, mask, base = _tile_offsets(0, t, M, K, BM, NG, False, I64)
-            _, _, mask_n, base_n = _tile_offsets(0, t + P, M, K, BM, NG, False, I64)
-            lo_n, hi_n = _load_words(x_ptr, base_n, mask_n)
-            x = tl.join(_from_words(lo), _from_words(hi))
-            _quantize_tile(x, sg, m, g, mask, base, 0, t, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
-                           tscale_ptr, seed_ptr, M, K, seed, SEED_PTR, BM, NG, QB, BLOCK_2D, COLWISE, I64, RHT, KEEP_ROTATED, SCALE, SR, UNIFORM, STEP, CB, G,
-                           E8_SHIFT, FAST_DIV, WANT_CODES, WANT_DEQUANT, OUT_MODE, X_BITS, ROUNDS, COLS, RG, OUT_ROW,
-                           OUT_STRIDE, M_FIRST, X_BF16)
-            lo, hi = lo_n, hi_n
-    else:
-        pid_g = tl.program_id(1 if M_FIRST else 0)
-        pid_m = tl.program_id(0 if M_FIRST else 1)
-        if COLWISE:
-            M = COLS
-        m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
-        x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
-        _quantize_tile(x, sg, m, g, mask, base, pid_m, pid_g, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
-                       tscale_ptr, seed_ptr, M, K, seed, SEED_PTR, BM, NG, QB, BLOCK_2D, COLWISE, I64, RHT, KEEP_ROTATED, SCALE, SR, UNIFORM, STEP, CB, G,
-                       E8_SHIFT, FAST_DIV, WANT_CODES, WANT_DEQUANT, OUT_MODE, X_BITS, ROUNDS, COLS, RG, OUT_ROW,
-                       OUT_STRIDE, M_FIRST, X_BF16)
 
 
 @triton.jit
@@ -1079,10 +1027,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16,
                out.data_ptr() % 16 if want_dequant else 0)
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
-    grid = p.grid
-    if grid[0] < 0:
-        grid = (min(_cdiv(p.K // 16, p.constexprs[1]), -grid[0] * _num_sms(dev.index)), 1)
-    _launch(_quantize_kernel, grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
+    _launch(_quantize_kernel, p.grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
     if want_codes and scale_mode == "e4m3":
         scales = scales.view(torch.float8_e4m3fn)
     return codes, scales, tscale, out
@@ -1141,11 +1086,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht)
-    persist = ROW_PROGRAMS_PER_SM if not (colwise or block_2d or interpret) and (rht or sr) else 0
-    constexprs = constexprs + (persist > 0,)
     grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
-    if persist:  # (the programs per SM times the SMs: quantize() caps it there)
-        grid = (-persist, 1)
     return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
