@@ -171,11 +171,15 @@ def _split8(v):
 
 @triton.jit
 def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
-                  I64: tl.constexpr):
-    """Rows m [BM], groups g [NG], the tile mask [BM, NG] and the element offset of (m, g, 0)."""
+                  I64: tl.constexpr, EVEN: tl.constexpr = False):
+    """Rows m [BM], groups g [NG], the tile mask [BM, NG] and the element offset of (m, g, 0). EVEN: the
+    tiles cover the [M, K] view exactly, so the mask is a constant (the loads and stores lose theirs)."""
     m = pid_m * BM + tl.arange(0, BM)
     g = pid_g * NG + tl.arange(0, NG)
-    mask = (m < M)[:, None] & (g < K // 16)[None, :]
+    if EVEN:
+        mask = tl.full((BM, NG), True, tl.int1)
+    else:
+        mask = (m < M)[:, None] & (g < K // 16)[None, :]
     mm = m.to(tl.int64) if I64 else m
     gg = g.to(tl.int64) if I64 else g
     if COLWISE:  # element (m, k) of the [M, K] view is x[k, m] of the [K, M] input. M, the input's
@@ -595,19 +599,20 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
                      OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
-                     X_BF16: tl.constexpr):
+                     X_BF16: tl.constexpr, EVEN: tl.constexpr):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
     OUT_STRIDE (0: out is laid out as x): the 2-D x's rows of OUT_ROW elements go to out's rows of
     OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined). M_FIRST: the grid's first axis runs
     along m (programs launched one after another read the same rows of a column-wise x), else along g.
-    X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA)."""
+    X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA). EVEN: the tiles cover
+    the view exactly (_tile_offsets)."""
     pid_g = tl.program_id(1 if M_FIRST else 0)
     pid_m = tl.program_id(0 if M_FIRST else 1)
     if COLWISE:
         M = COLS
-    m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64)
+    m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
     x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
     if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
         x = _rotate(x, _signs(signs_ptr))
@@ -1085,7 +1090,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   uniform, step, _f32_bits(step * 2.0**23), g_max, math.floor(math.log2(g_max)),
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
-                  shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht)
+                  shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
+                  (K // 16) % ng == 0 and M % bm == 0)
     grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
     return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
