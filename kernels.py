@@ -758,7 +758,7 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps[, m_first]) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no
 # dequantized output; "_heavy": with RHT or SR, the kernels that need the most registers; "_e8m0": column
 # codes with e8m0 scales (any rounding, RHT or not); m_first (columns): the grid's first axis along m
-_TILES = {"row": (1, 64, 2), "row_heavy": (1, 64, 1), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
+_TILES = {"row": (1, 64, 2), "row_heavy": (1, 64, 2), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
           "col": (128, 2, 4, True), "col_heavy": (128, 2, 4, True), "col_codes": (64, 8, 4),
           "col_codes_heavy": (64, 4, 4), "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4),
           "dequantize": (1, 128, 4)}
