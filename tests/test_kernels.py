@@ -205,6 +205,7 @@ def test_bf16_division_in_one_fma_is_exact():
         assert_same_bits(codes, ref.codes, f"{spec} codes")
         assert_same_bits(scales, ref.scales, f"{spec} scales")
 
+
 def test_fast_division_is_exact():
     """_div_fast, x / s for any fp32 x and s (rotated x): q = RN(x * r + RN(x * z)) as above, then one
     correction q + RN(x - s * q) * r by FMA gives RN(x / s) for s in [2**-100, 2**124] and quotients of
