@@ -608,6 +608,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     along m (programs launched one after another read the same rows of a column-wise x), else along g.
     X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA). EVEN: the tiles cover
     the view exactly (_tile_offsets)."""
+    SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
     pid_g = tl.program_id(1 if M_FIRST else 0)
     pid_m = tl.program_id(0 if M_FIRST else 1)
     if COLWISE:
@@ -650,7 +651,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
             rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
             if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
-                y = tl.fma(tl.abs(x), (rs * (0.001953125 / STEP))[:, :, None, None], _SR_B)
+                y = tl.fma(tl.abs(x), (rs * SR_SCALE)[:, :, None, None], _SR_B)
             else:
                 y = x * rs[:, :, None, None]
         elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
@@ -661,7 +662,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         y = tl.math.div_rn(x, fe)
     yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
     if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
-        yy = tl.fma(yy, 0.001953125 / STEP, _SR_B)
+        yy = tl.fma(yy, SR_SCALE, _SR_B)
     if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
         # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
         # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
@@ -676,8 +677,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
             xk = x * k[:, :, None, None]
             if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
-                yy = tl.fma(tl.abs(xk), (rk * (0.001953125 / STEP))[:, :, None, None], _SR_B)
-                yy = tl.minimum(yy, G * (0.001953125 / STEP) + _SR_B)
+                yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
+                yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
             else:
                 yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
         else:
@@ -687,7 +688,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
             yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
             if SR and UNIFORM:
-                yy = tl.fma(yy, 0.001953125 / STEP, _SR_B)
+                yy = tl.fma(yy, SR_SCALE, _SR_B)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
     if SR:
         if SEED_PTR:
