@@ -4,7 +4,8 @@ and dequantizes, bit for bit like the PyTorch reference in quant.py (RECIPES.md 
 What one call computes, for a 2-D view [M, K] of the input with K the quantized (reduction) dim:
   1. optional RHT: every 16 consecutive elements x become (x*signs)·(4·H16)·0.25, with the butterfly
      stages h = 1, 2, 4, 8 in that order (rht.py) — done in registers, the rotated tensor is never
-     written; the signs are folded into the first stage (one FMA per output) and the 0.25 into the
+     written; the signs are folded into the first stage (one FMA per output; rowwise bf16 x's odd
+     elements take theirs in the conversion from bf16 bits, _from_words) and the 0.25 into the
      scale (below);
   2. block amax (16 or 32 elements, or a 16x16 tile), the block scale (fp32 | e4m3 two-level | e8m0)
      and y = x / scale clamped to ±g_max (no clamp needed for fp32 scales with RTNE, below);
@@ -119,16 +120,17 @@ def _butterfly(v):
 
 
 @triton.jit
-def _rotate(v, signs, PAIR_MAX: tl.constexpr = False):
+def _rotate(v, signs, PAIR_MAX: tl.constexpr = False, ODD_SIGNED: tl.constexpr = False):
     """_butterfly(v * signs) with the signs folded into the first stage: a*sa + b*sb and a*sa - b*sb
     are one FMA each on t = b*sb (a*sa and t are exact, so each is rounded once, as the sum is).
+    ODD_SIGNED: v's odd elements (the b of each pair) already carry their signs (_load_tile).
     PAIR_MAX: instead of the last stage's pair (a + b, a - b), max(|a + b|, |a - b|) = |a| + |b|, with
     the same bits (rounding is monotone and odd), [BM, NG, 2, 2, 2]."""
     BM: tl.constexpr = v.shape[0]
     NG: tl.constexpr = v.shape[1]
     a, b = tl.split(tl.permute(tl.reshape(v, (BM, NG, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
     sa, sb = tl.split(tl.permute(tl.reshape(signs, (1, 1, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
-    t = b * sb
+    t = b if ODD_SIGNED else b * sb
     v = tl.join(tl.fma(a, sa, t), tl.fma(a, sa, t * -1.0))
     for _ in tl.static_range(2):
         v = tl.permute(v, (0, 1, 5, 2, 3, 4))
@@ -201,12 +203,19 @@ def _to_f32(v, X_BITS: tl.constexpr):
 
 
 @triton.jit
-def _from_words(w):
+def _from_words(w, s_odd=None):
     """Words [BM, NG, 4] of two elements each (bf16: int32, fp32: int64; element 2i in the low half of
-    word i) -> their 8 elements [BM, NG, 8] in fp32, by a shift and a mask each."""
+    word i) -> their 8 elements [BM, NG, 8] in fp32, by a shift and a mask each. s_odd (bf16 only):
+    the fp32 bits [1, 1, 4] of the odd elements' RHT signs, ±1.0 = 0x3F800000 | sign, which those
+    elements then carry at no cost: bits 16..31 of w with the sign's bit 31 xor-ed in are
+    M ? w ^ s : w & s bit by bit for M = 0xC07F0000 (s is 0 on M's bits but 31, 1 on the others from
+    16 up), one 3-input logic instruction, as the mask alone was."""
     if w.dtype == tl.int32:
         ev = _bits_to_f32(w << 16)
-        od = _bits_to_f32(w & -65536)
+        if s_odd is None:
+            od = _bits_to_f32(w & -65536)
+        else:
+            od = _bits_to_f32(((w ^ s_odd) & -1065418752) | (w & s_odd & 0x3F800000))
     else:
         ev = _bits_to_f32(w.to(tl.int32))
         od = _bits_to_f32((w >> 32).to(tl.int32))
@@ -214,9 +223,11 @@ def _from_words(w):
 
 
 @triton.jit
-def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr):
+def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr, signs=None):
     """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0). Rowwise x comes as words of two
-    elements (_from_words): cheaper than the compiler's conversions, and exact in the interpreter."""
+    elements (_from_words): cheaper than the compiler's conversions, and exact in the interpreter.
+    signs: the RHT signs [1, 1, 8, 2] (±1.0); rowwise bf16 words then give their odd elements times
+    their signs (_odd_signed says when; _rotate takes them so)."""
     if COLWISE:
         p = x_ptr + base
         xs = ()
@@ -226,9 +237,21 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
         hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
     else:
         p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
-        lo = _from_words(tl.load(p, mask=mask[:, :, None], other=0))
-        hi = _from_words(tl.load(p + 4, mask=mask[:, :, None], other=0))
+        s_lo = None
+        s_hi = None
+        if signs is not None and _odd_signed(x_ptr, COLWISE):  # the odd signs [1, 1, 4] of each half
+            h0, h1 = tl.split(tl.reshape(signs.to(tl.int32, bitcast=True), (1, 1, 4, 2, 2)))  # (j // 2, j % 2)
+            s_lo = tl.split(h0)[1]
+            s_hi = tl.split(h1)[1]
+        lo = _from_words(tl.load(p, mask=mask[:, :, None], other=0), s_lo)
+        hi = _from_words(tl.load(p + 4, mask=mask[:, :, None], other=0), s_hi)
     return tl.join(lo, hi)
+
+
+@triton.jit
+def _odd_signed(x_ptr, COLWISE: tl.constexpr):
+    """Whether _load_tile(.., signs) gives the odd elements signed: rowwise bf16 words."""
+    return tl.constexpr(not COLWISE and x_ptr.dtype.element_ty == tl.int32)
 
 
 @triton.jit
@@ -490,16 +513,16 @@ def _amax_kernel(x_ptr, amax_ptr, N, BLOCK: tl.constexpr, MASK: tl.constexpr, IN
 
 
 @triton.jit
-def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr):
-    """Groups v [BM, NG, 8, 2] -> max |v| (rotated if RHT) per group [BM, NG]. EXACT: the bits of the
-    max over the finite values (int32). Else fp32 by float maxima, the last butterfly stage's pairs
-    as _rotate's PAIR_MAX: the same for finite groups, else NaN or Inf (or, where a max drops NaN,
-    the max of the others; the caller then reads its tiles again, EXACT)."""
+def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr, ODD_SIGNED: tl.constexpr = False):
+    """Groups v [BM, NG, 8, 2] -> max |v| (rotated if RHT; ODD_SIGNED as _rotate's) per group [BM, NG].
+    EXACT: the bits of the max over the finite values (int32). Else fp32 by float maxima, the last
+    butterfly stage's pairs as _rotate's PAIR_MAX: the same for finite groups, else NaN or Inf (or,
+    where a max drops NaN, the max of the others; the caller then reads its tiles again, EXACT)."""
     if EXACT:
-        a = (_rotate(v, signs) if RHT else v).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        a = (_rotate(v, signs, False, ODD_SIGNED) if RHT else v).to(tl.int32, bitcast=True) & 0x7FFFFFFF
         out = tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2)
     elif RHT:
-        out = tl.max(tl.max(tl.max(_rotate(v, signs, True), axis=4), axis=3), axis=2)
+        out = tl.max(tl.max(tl.max(_rotate(v, signs, True, ODD_SIGNED), axis=4), axis=3), axis=2)
     else:
         out = tl.max(tl.max(tl.abs(v), axis=3), axis=2)
     return out
@@ -524,8 +547,8 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
         if SYNC:
             tl.debug_barrier()
         _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
-        acc_r = _max_nan(acc_r, _group_max(_load_tile(xw_ptr, base, mask, R, False, X_BITS), signs, ROW_RHT,
-                                           EXACT))
+        xr = _load_tile(xw_ptr, base, mask, R, False, X_BITS, signs if ROW_RHT else None)
+        acc_r = _max_nan(acc_r, _group_max(xr, signs, ROW_RHT, EXACT, ROW_RHT and _odd_signed(xw_ptr, False)))
         i += tl.num_programs(0)
     return _tile_max(acc_r, EXACT), _tile_max(acc_c, EXACT)
 
@@ -548,8 +571,8 @@ def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: t
     i = tl.program_id(0)
     while i < n_tiles:
         m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
-        x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)
-        acc = _max_nan(acc, _group_max(x, signs, True, EXACT))
+        x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS, signs)
+        acc = _max_nan(acc, _group_max(x, signs, True, EXACT, _odd_signed(x_ptr, COLWISE)))
         i += tl.num_programs(0)
     return _tile_max(acc, EXACT)
 
@@ -614,9 +637,12 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if COLWISE:
         M = COLS
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
-    x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)             # [BM, NG, 8, 2] fp32
     if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
-        x = _rotate(x, _signs(signs_ptr))
+        signs = _signs(signs_ptr)
+        x = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS, signs), signs, False,
+                    _odd_signed(x_ptr, COLWISE))
+    else:
+        x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)         # [BM, NG, 8, 2] fp32
     xbits = x.to(tl.int32, bitcast=True)
     a = _block_amax(x, BM, NG, QB, BLOCK_2D)                          # [BM, NG]
     finite = a < float("inf")                                         # False for NaN
@@ -882,9 +908,13 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
 
 
 def _check_signs(rht_signs: Optional[torch.Tensor], dev: torch.device):
+    """16 values on dev; ±1 as well where reading them costs no device sync (the kernels take the
+    bits of ±1.0, _from_words)."""
     if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != dev):
         raise ValueError(f"rht_signs must hold 16 values on {dev}; got shape {tuple(rht_signs.shape)} "
                          f"on {rht_signs.device}")
+    if rht_signs is not None and dev.type == "cpu" and not bool((rht_signs.abs() == 1).all()):
+        raise ValueError(f"rht_signs must be ±1 (rht.random_signs gives them); got {rht_signs.tolist()}")
 
 
 def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, dim: int = -1,
@@ -973,7 +1003,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
     block: 16 | 32; scale_mode: 'fp32' | 'e4m3' | 'e8m0'; sr: stochastic rounding seeded by `seed`
     (an int, or an int32 tensor of one element on x's device, read by the kernel);
-    rht_signs: the 16 RHT signs (fp32 ±1 on x's device) or None for no RHT; block_2d: 16x16 tiles;
+    rht_signs: the 16 RHT signs (±1 on x's device; other values are not supported) or None for no RHT; block_2d: 16x16 tiles;
     dim: -1 (any shape, rows) or 0 (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype);
     keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
     num_warps[, m_first]) to override the launch shape; fast_div: divide (y, and the fp32 and e4m3 block scales)
