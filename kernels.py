@@ -194,6 +194,26 @@ def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWIS
 
 
 @triton.jit
+def _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE: tl.constexpr, I64: tl.constexpr,
+                  EVEN: tl.constexpr = False):
+    """_load_tile's offsets and mask: the tile's (base, mask), or for columnwise bf16 x read as words
+    of the two elements m, m + 1 (even M; _tile_input) those of the words, [BM // 2, NG]."""
+    if COLWISE and x_ptr.dtype.element_ty == tl.int32:
+        BM: tl.constexpr = base.shape[0] // 2
+        NG: tl.constexpr = base.shape[1]
+        w = pid_m * BM + tl.arange(0, BM)
+        g = pid_g * NG + tl.arange(0, NG)
+        if EVEN:
+            mask = tl.full((BM, NG), True, tl.int1)
+        else:
+            mask = (w < M // 2)[:, None] & (g < K // 16)[None, :]
+        ww = w.to(tl.int64) if I64 else w
+        gg = g.to(tl.int64) if I64 else g
+        base = ww[:, None] + (gg * 8 * M)[None, :]
+    return base, mask
+
+
+@triton.jit
 def _to_f32(v, X_BITS: tl.constexpr):
     """Loaded values -> fp32; X_BITS: bf16 given as int16 bits (the interpreter's bf16 upcast
     loses subnormals), widened by a shift."""
@@ -224,11 +244,32 @@ def _from_words(w, s_odd=None):
 
 @triton.jit
 def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr, signs=None):
-    """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0). Rowwise x comes as words of two
-    elements (_from_words): cheaper than the compiler's conversions, and exact in the interpreter.
-    signs: the RHT signs [1, 1, 8, 2] (±1.0); rowwise bf16 words then give their odd elements times
-    their signs (_odd_signed says when; _rotate takes them so)."""
-    if COLWISE:
+    """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0), base and mask from _load_offsets.
+    bf16 x comes as words of two elements, split by a shift and a mask (cheaper than the compiler's
+    conversions, and exact in the interpreter): rowwise two of a group (_from_words), columnwise
+    the same element of the groups m and m + 1 (a word per row, the halves interleaved along m).
+    signs: the RHT signs [1, 1, 8, 2] (±1.0); bf16 words then give their odd elements times their
+    signs (_odd_signed says when; _rotate takes them so), columnwise by adding or xor-ing the sign
+    bit to the shifted or masked word (one instruction each, as without it)."""
+    if COLWISE and x_ptr.dtype.element_ty == tl.int32:
+        sl = None
+        sh = None
+        if signs is not None:
+            s_lo, s_hi = tl.split(signs.to(tl.int32, bitcast=True) & -2147483648)  # sign bits [1, 1, 8]
+            sl = _split8(s_lo)
+            sh = _split8(s_hi)
+        xs = ()
+        for k in tl.static_range(16):
+            w = tl.load(x_ptr + base + k * (M // 2), mask=mask, other=0)  # [BM // 2, NG]
+            if signs is not None and k % 2 == 1:
+                sb = sh[k - 8] if k >= 8 else sl[k]
+                v = tl.join(_bits_to_f32((w << 16) + sb), _bits_to_f32((w & -65536) ^ sb))
+            else:
+                v = tl.join(_bits_to_f32(w << 16), _bits_to_f32(w & -65536))
+            xs = xs + (tl.reshape(tl.permute(v, (0, 2, 1)), (2 * w.shape[0], w.shape[1])),)
+        lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
+        hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
+    elif COLWISE:
         p = x_ptr + base
         xs = ()
         for k in tl.static_range(16):
@@ -239,7 +280,7 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
         p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
         s_lo = None
         s_hi = None
-        if signs is not None and _odd_signed(x_ptr, COLWISE):  # the odd signs [1, 1, 4] of each half
+        if signs is not None and _odd_signed(x_ptr):  # the odd signs [1, 1, 4] of each half
             h0, h1 = tl.split(tl.reshape(signs.to(tl.int32, bitcast=True), (1, 1, 4, 2, 2)))  # (j // 2, j % 2)
             s_lo = tl.split(h0)[1]
             s_hi = tl.split(h1)[1]
@@ -249,9 +290,9 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
 
 
 @triton.jit
-def _odd_signed(x_ptr, COLWISE: tl.constexpr):
-    """Whether _load_tile(.., signs) gives the odd elements signed: rowwise bf16 words."""
-    return tl.constexpr(not COLWISE and x_ptr.dtype.element_ty == tl.int32)
+def _odd_signed(x_ptr):
+    """Whether _load_tile(.., signs) gives the odd elements signed: bf16 words."""
+    return tl.constexpr(x_ptr.dtype.element_ty == tl.int32)
 
 
 @triton.jit
@@ -543,12 +584,14 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
     i = tl.program_id(0)
     while i < n_tiles:
         _, _, mask, base = _tile_offsets(i % n_c, i // n_c, C, R, TC, TR // 16, True, I64)
-        acc_c = _max_nan(acc_c, _group_max(_load_tile(xc_ptr, base, mask, C, True, X_BITS), signs, True, EXACT))
+        base, mask = _load_offsets(xc_ptr, i % n_c, i // n_c, C, R, base, mask, True, I64)
+        xc = _load_tile(xc_ptr, base, mask, C, True, X_BITS, signs)
+        acc_c = _max_nan(acc_c, _group_max(xc, signs, True, EXACT, _odd_signed(xc_ptr)))
         if SYNC:
             tl.debug_barrier()
         _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
         xr = _load_tile(xw_ptr, base, mask, R, False, X_BITS, signs if ROW_RHT else None)
-        acc_r = _max_nan(acc_r, _group_max(xr, signs, ROW_RHT, EXACT, ROW_RHT and _odd_signed(xw_ptr, False)))
+        acc_r = _max_nan(acc_r, _group_max(xr, signs, ROW_RHT, EXACT, ROW_RHT and _odd_signed(xw_ptr)))
         i += tl.num_programs(0)
     return _tile_max(acc_r, EXACT), _tile_max(acc_c, EXACT)
 
@@ -570,9 +613,10 @@ def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: t
     acc = tl.zeros((BM, NG), tl.int32 if EXACT else tl.float32)
     i = tl.program_id(0)
     while i < n_tiles:
-        m, g, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
+        _, _, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
+        base, mask = _load_offsets(x_ptr, i // n_g, i % n_g, M, K, base, mask, COLWISE, I64)
         x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS, signs)
-        acc = _max_nan(acc, _group_max(x, signs, True, EXACT, _odd_signed(x_ptr, COLWISE)))
+        acc = _max_nan(acc, _group_max(x, signs, True, EXACT, _odd_signed(x_ptr)))
         i += tl.num_programs(0)
     return _tile_max(acc, EXACT)
 
@@ -637,12 +681,12 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if COLWISE:
         M = COLS
     m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
+    lbase, lmask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
     if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
         signs = _signs(signs_ptr)
-        x = _rotate(_load_tile(x_ptr, base, mask, M, COLWISE, X_BITS, signs), signs, False,
-                    _odd_signed(x_ptr, COLWISE))
+        x = _rotate(_load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs), signs, False, _odd_signed(x_ptr))
     else:
-        x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS)         # [BM, NG, 8, 2] fp32
+        x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS)       # [BM, NG, 8, 2] fp32
     xbits = x.to(tl.int32, bitcast=True)
     a = _block_amax(x, BM, NG, QB, BLOCK_2D)                          # [BM, NG]
     finite = a < float("inf")                                         # False for NaN
@@ -852,9 +896,9 @@ def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, code
     bm, ng, nw, *m_first = tile
     bm = bm if colwise or block_2d else 1
     if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16) or \
-            m_first not in ([], [False], [True]):
+            (colwise and bm < 2) or m_first not in ([], [False], [True]):
         raise ValueError(f"tile {tile}: BM and NG must be powers of two, NG >= 2 for 32-blocks, BM >= 16 "
-                         "for 16x16 tiles; a 4th entry (m_first) is True or False")
+                         "for 16x16 tiles, BM >= 2 columnwise; a 4th entry (m_first) is True or False")
     return bm, ng, nw, bool(m_first and m_first[0]) and colwise
 
 
@@ -865,10 +909,19 @@ def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
     return (M, kq) if colwise or block_2d else (1, M * kq)
 
 
-def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool) -> torch.Tensor:
+def _col_words(colwise: bool, dtype, row: int, rht: bool) -> bool:
+    """Whether a kernel reads x as words of two elements columnwise: bf16 of even row length, rotated
+    (there the split saves the most; compiled for sm_90, the kernels without RHT took more registers)."""
+    return colwise and dtype == torch.bfloat16 and row % 2 == 0 and rht
+
+
+def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, rht: bool = False) -> torch.Tensor:
     """x (bf16 | fp32, contiguous) as _load_tile reads it: rowwise, as words of two elements (int32 |
-    int64; a tensor that starts off a word boundary is copied first); columnwise, as is, or bf16 as
-    its int16 bits in the interpreter (X_BITS: then the kernel gets an int16 tensor)."""
+    int64; a tensor that starts off a word boundary is copied first); columnwise, as int32 words of
+    two where _col_words says so (copied first likewise), else as is, or bf16 as its int16 bits in
+    the interpreter (X_BITS: then the kernel gets an int16 tensor)."""
+    if _col_words(colwise, x.dtype, x.shape[-1], rht):  # words of the elements m, m + 1
+        return (x.clone() if x.data_ptr() % 4 else x).view(torch.int32)
     if colwise:
         return x.view(torch.int16) if interpret and x.dtype == torch.bfloat16 else x
     if x.data_ptr() % (2 * x.element_size()):
@@ -900,7 +953,7 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
     else:
         bm, ng, nw, _ = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
-        xk = _tile_input(x, colwise, interpret)
+        xk = _tile_input(x, colwise, interpret, True)
         args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
         _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
                 (_amax_rht_kernel, grid, nw, args[3:], xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16), args)
@@ -956,7 +1009,7 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
     R, C = x.shape
     grid = (min(_cdiv(R, tr) * _cdiv(C, tc), programs),)
-    xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret)
+    xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret, True)
     args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, tr, tc, x.numel() >= 2**31,
             xc.dtype == torch.int16, row_rht, C, bool(sync and sync[0]))
     _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
@@ -1055,7 +1108,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret)
     else:
         amax = tscale
-    xk = _tile_input(x, p.colwise, interpret)
+    xk = _tile_input(x, p.colwise, interpret, rht_signs is not None)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes.view(torch.int64) if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
@@ -1114,7 +1167,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
-    x_bits = interpret and dtype == torch.bfloat16 and colwise  # as _tile_input gives x
+    x_bits = interpret and dtype == torch.bfloat16 and colwise and not _col_words(colwise, dtype, M, rht)
     fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
     i64 = max(numel, (numel // shape[-1] if shape[-1] else 0) * out_stride) >= 2**31  # out's offsets too
     constexprs = (bm, ng, block, block_2d, colwise, i64, rht, keep_rotated, SCALE_MODES[scale_mode], sr,
@@ -1139,7 +1192,8 @@ def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode
     p = _plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
               True, want_codes, not want_codes, tile, True, 0)
     words = {torch.bfloat16: "*i32", torch.float32: "*i64"}[dtype]  # rows are read as words (_tile_input)
-    types = [("*bf16" if dtype == torch.bfloat16 else "*fp32") if p.colwise else words,
+    col = "*i32" if _col_words(p.colwise, dtype, p.M, rht) else "*bf16" if dtype == torch.bfloat16 else "*fp32"
+    types = [col if p.colwise else words,
              "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
              ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",
              "*i32" if scale_mode == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32"]

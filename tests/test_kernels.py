@@ -413,17 +413,44 @@ def test_tensor_amax_both_and_quantize_given_it(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rows_off_a_word_boundary(dtype):
-    """Rows are read as words of two elements: a tensor starting one element past a word boundary (a
-    contiguous view into a larger buffer) is copied first, and gives the reference's bits."""
+    """Rows (and bf16 columns) are read as words of two elements: a tensor starting one element past a
+    word boundary (a contiguous view into a larger buffer) is copied first, and gives the reference's
+    bits."""
     spec = quant.QuantSpec("e2m1", 16, "e4m3", "rtne", True)
-    buf = make_x((1, 1 + 3 * 48), dtype, seed=40).reshape(-1).to(DEV)
-    x = buf[1:].view(3, 48)
-    assert (x.data_ptr() // x.element_size()) % 2 == 1
-    ref = quant.quantize(x.cpu(), spec, -1, signs=SIGNS)
-    codes, scales, t, dq = kernels.quantize(x, **kernel_args(spec, -1, keep_rotated=True))
-    assert_same_bits(codes, ref.codes, "codes")
-    assert_same_bits(scales, ref.scales, "scales")
-    assert_same_bits(dq, ref.dequantize(keep_rotated=True), "dequant")
+    for dim, shape in ((-1, (3, 48)), (0, (32, 48))):
+        buf = make_x((1, 1 + shape[0] * shape[1]), dtype, seed=40).reshape(-1).to(DEV)
+        x = buf[1:].view(shape)
+        assert (x.data_ptr() // x.element_size()) % 2 == 1
+        ref = quant.quantize(x.cpu(), spec, dim, signs=SIGNS)
+        codes, scales, t, dq = kernels.quantize(x, **kernel_args(spec, dim, keep_rotated=True))
+        assert_same_bits(codes, ref.codes, f"dim={dim} codes")
+        assert_same_bits(scales, ref.scales, f"dim={dim} scales")
+        assert_same_bits(dq, ref.dequantize(keep_rotated=True), f"dim={dim} dequant")
+
+
+@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
+def test_bf16_columns_read_as_words(scale):
+    """Columns of bf16 x with an even row length are read with RHT as words holding the same element
+    of two neighbouring groups (m, m + 1), the odd elements' signs applied as the words are split
+    (without RHT as bf16 values): the reference's codes, scales and dequant (kept rotated and rotated
+    back), on whole and partial tiles, and the rotated tensor amax pass reads them alike."""
+    cases = [(16, True, (32, 40)), (16, False, (48, 18)), (32, True, (64, 34)), (32, False, (32, 2)),
+             (16, True, (16, 130))]
+    for i, (block, use_rht, shape) in enumerate(cases):
+        spec = quant.QuantSpec(("e2m1", "e1m2")[i % 2], block, scale, rht=use_rht)
+        x = make_x(shape, torch.bfloat16, seed=50 + i)
+        what = f"{spec} {shape}"
+        ref = quant.quantize(x, spec, 0, signs=SIGNS)
+        codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, 0, keep_rotated=True))
+        assert_same_bits(codes, ref.codes, what + " codes")
+        assert_same_bits(scales, ref.scales, what + " scales")
+        assert_same_bits(t, ref.tensor_scale, what + " tensor scale")
+        assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
+        dq = kernels.fake_quantize(x.to(DEV), **kernel_args(spec, 0, out_dtype=torch.float32))
+        assert_same_bits(dq, ref.dequantize(torch.float32), what + " dequant rotated back")
+        if use_rht and scale == "e4m3":  # (tensor_amax_both: test_tensor_amax_both_and_quantize_given_it)
+            got = kernels.tensor_amax(x.to(DEV), rht_signs=SIGNS.to(DEV), dim=0)
+            assert_same_bits(got, rht.rht(x.float(), SIGNS, 0).abs().amax(), what + " tensor amax")
 
 
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
