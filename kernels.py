@@ -318,7 +318,7 @@ def _store_dequant(out_ptr, dq, signs_ptr, base, mask, M, COLWISE: tl.constexpr,
     """Store the fp32 dequantized tile: rotated back (inverse butterfly, then the signs) unless
     KEEP_ROTATED, in fp32 (OUT_MODE 0), native bf16 (1) or bf16 rounded with integer ops (2)."""
     if RHT and not KEEP_ROTATED:
-        dq = _butterfly(dq) * 0.25 * _signs(signs_ptr)
+        dq = _butterfly(dq) * (_signs(signs_ptr) * 0.25)  # (one multiply: x * 0.25 * s = x * (0.25 s))
     if OUT_MODE == 1:
         dq = dq.to(tl.bfloat16)
     elif OUT_MODE == 2:
