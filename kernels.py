@@ -443,9 +443,10 @@ def _rcp_fast(f):
 
 
 @triton.jit
-def _outside_fast_range(v):
-    """v outside [2**-98, 2**123], the range of the kernel's fast steps (module text); NaN is not."""
-    return (v < 3.1554436208840472e-30) | (v > 1.0633823966279327e37)
+def _outside_fast_range(v, TOP: tl.constexpr = 0x7D000000):
+    """v outside [2**-98, 2**123], the range of the kernel's fast steps (module text), or NaN; TOP: the
+    fp32 bits of a lower upper end. One unsigned compare of the bits: below 2**-98 they wrap around."""
+    return v.to(tl.uint32, bitcast=True) - 0x0E800000 > TOP - 0x0E800000
 
 
 @triton.jit
@@ -695,14 +696,13 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
     f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
     # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
-    if RHT or SCALE != 2:
-        bad = _outside_fast_range(f)
-        if SCALE == 0 and SR and UNIFORM:  # (f above 2**100: its r * 2**-9 / STEP would be subnormal)
-            bad = bad | (f > 1.2676506002282294e30)
-        elif SCALE == 0 and RHT:  # (4f above 2**124: out of _div_fast's range)
-            bad = bad | (f > 5.316911983139664e36)
-        if SCALE == 1:  # (fp32 and e8m0 scales' f are never NaN)
-            bad = bad | (f != f)
+    if RHT or SCALE != 2:  # (e4m3's f may be NaN: outside too)
+        if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
+            bad = _outside_fast_range(f, 0x71800000)
+        elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
+            bad = _outside_fast_range(f, 0x7C800000)
+        else:
+            bad = _outside_fast_range(f)
         if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
             bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
         rare = tl.max(bad.to(tl.int32)) > 0
@@ -1056,7 +1056,8 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
     block: 16 | 32; scale_mode: 'fp32' | 'e4m3' | 'e8m0'; sr: stochastic rounding seeded by `seed`
     (an int, or an int32 tensor of one element on x's device, read by the kernel);
-    rht_signs: the 16 RHT signs (±1 on x's device; other values are not supported) or None for no RHT; block_2d: 16x16 tiles;
+    rht_signs: the 16 RHT signs (±1 on x's device; other values are not supported) or None for no RHT;
+    block_2d: 16x16 tiles;
     dim: -1 (any shape, rows) or 0 (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype);
     keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
     num_warps[, m_first]) to override the launch shape; fast_div: divide (y, and the fp32 and e4m3 block scales)

@@ -236,6 +236,30 @@ def test_fast_division_is_exact():
     assert np.array_equal(q2[keep], exact[keep])
 
 
+def test_fast_range_is_its_bounds():
+    """_outside_fast_range (one unsigned compare of the bits) flags v outside [2**-98, top] for each top
+    the kernel takes (2**123; 2**122 for RHT with fp32 scales, 2**100 for uniform SR), and NaN, zeros
+    and negative v: next to either end, and far from both."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(v_ptr, out_ptr, TOP: tl.constexpr):
+        o = tl.arange(0, 16)
+        tl.store(out_ptr + o, kernels._outside_fast_range(tl.load(v_ptr + o), TOP).to(tl.int32))
+
+    for e_top, top_bits in ((123, 0x7D000000), (122, 0x7C800000), (100, 0x71800000)):
+        lo, top = np.float32(2.0**-98), np.float32(2.0**e_top)
+        v = np.array([lo, np.nextafter(lo, np.float32(0)), np.nextafter(lo, np.float32(1)), top,
+                      np.nextafter(top, np.float32(np.inf)), np.nextafter(top, np.float32(0)), 0.0, -0.0,
+                      -1.0, 1.0, np.inf, np.nan, 1e-45, -np.inf, 3e38, 1e-30], dtype=np.float32)
+        want = ~((v >= lo) & (v <= top))
+        out = torch.zeros(16, dtype=torch.int32, device=DEV)
+        probe[(1,)](torch.from_numpy(v).to(DEV), out, top_bits)
+        got = out.cpu().numpy().astype(bool)
+        assert np.array_equal(got, want), f"top 2**{e_top}: wrong for {v[got != want]}"
+
+
 def _rn32(v: Fraction) -> float:
     """v rounded to the nearest fp32 (ties to even), exactly; normal range."""
     if v == 0:
