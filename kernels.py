@@ -4,9 +4,8 @@ and dequantizes, bit for bit like the PyTorch reference in quant.py (RECIPES.md 
 What one call computes, for a 2-D view [M, K] of the input with K the quantized (reduction) dim:
   1. optional RHT: every 16 consecutive elements x become (x*signs)·(4·H16)·0.25, with the butterfly
      stages h = 1, 2, 4, 8 in that order (rht.py) — done in registers, the rotated tensor is never
-     written; the signs are folded into the first stage (one FMA per output; rowwise bf16 x's odd
-     elements take theirs in the conversion from bf16 bits, _from_words) and the 0.25 into the
-     scale (below);
+     written; the signs are folded into the first stage (one FMA per output; bf16 x's odd elements
+     take theirs in the conversion from bf16 bits, _load_tile) and the 0.25 into the scale (below);
   2. block amax (16 or 32 elements, or a 16x16 tile), the block scale (fp32 | e4m3 two-level | e8m0)
      and y = x / scale clamped to ±g_max (no clamp needed for fp32 scales with RTNE, below);
   3. rounding of |y| to the grid's level index: RTNE, or SR with 16-bit uniforms from Philox seeded per
@@ -28,7 +27,8 @@ the block amax and the packing are register-only. Rowwise, blocks never cross ro
 viewed as one long row (M = 1) and a warp's lanes take consecutive groups, each loaded as two 16-byte
 halves of words holding two elements (bf16: int32, fp32: int64; _from_words splits a word with a shift
 and a mask, cheaper than the compiler's conversions); columnwise, a group is 16 row vectors, each
-contiguous along C, and only the codes are transposed (in registers) before they are stored.
+contiguous along C (rotated bf16 read as words of two neighbouring groups' elements, split the same
+way), and only the codes are transposed (in registers) before they are stored.
 
 Exactness. Every step is the reference's fp32 operation in the same order: IEEE division (tl.math.div_rn;
 plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a multiplication by the
@@ -209,7 +209,7 @@ def _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE: tl.constexpr, 
             mask = (w < M // 2)[:, None] & (g < K // 16)[None, :]
         ww = w.to(tl.int64) if I64 else w
         gg = g.to(tl.int64) if I64 else g
-        base = ww[:, None] + (gg * 8 * M)[None, :]
+        base = ww[:, None] + (gg * 8 * M)[None, :]  # a group's 16 rows of M // 2 words
     return base, mask
 
 
@@ -445,7 +445,8 @@ def _rcp_fast(f):
 @triton.jit
 def _outside_fast_range(v, TOP: tl.constexpr = 0x7D000000):
     """v outside [2**-98, 2**123], the range of the kernel's fast steps (module text), or NaN; TOP: the
-    fp32 bits of a lower upper end. One unsigned compare of the bits: below 2**-98 they wrap around."""
+    fp32 bits of a lower upper end. One unsigned compare of the bits: below 2**-98 (zeros too) they
+    wrap around, negative v and NaN lie above."""
     return v.to(tl.uint32, bitcast=True) - 0x0E800000 > TOP - 0x0E800000
 
 
