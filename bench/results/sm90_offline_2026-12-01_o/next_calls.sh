@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The device calls that time this set's changes (none could run on 2026-12-01: no GPU was lent).
-# Each call is one device command of at most 600 s, run from the repo root at the commit under test;
+# The GPU runs that time this set's changes (not yet run: set o was made without a GPU). Each
+# takes under 600 s, run from the repo root at the commit under test;
 # timings as in set n (kernels_bench checked ~250 s, table ~75-150 s, train_bench blocks ~200 s).
-#   call 1: bash bench/results/sm90_offline_2026-12-01_o/next_calls.sh 1
-#   call 2: bash bench/results/sm90_offline_2026-12-01_o/next_calls.sh 2
+#   run 1: bash bench/results/sm90_offline_2026-12-01_o/next_calls.sh 1
+#   run 2: bash bench/results/sm90_offline_2026-12-01_o/next_calls.sh 2
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/sm90_o}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 git rev-parse --short HEAD > "$out/commit.txt" 2>/dev/null || cat REV > "$out/commit.txt" 2>/dev/null
