@@ -4,8 +4,9 @@ and dequantizes, bit for bit like the PyTorch reference in quant.py (RECIPES.md 
 What one call computes, for a 2-D view [M, K] of the input with K the quantized (reduction) dim:
   1. optional RHT: every 16 consecutive elements x become (x*signs)·(4·H16)·0.25, with the butterfly
      stages h = 1, 2, 4, 8 in that order (rht.py) — done in registers, the rotated tensor is never
-     written; the signs are folded into the first stage (one FMA per output; bf16 x's odd elements
-     take theirs in the conversion from bf16 bits, _load_tile) and the 0.25 into the scale (below);
+     written; the signs are folded into the first stage (one FMA per output; the odd elements take
+     theirs by a logic instruction on their bits as they are loaded, _load_tile) and the 0.25 into
+     the scale (below);
   2. block amax (16 or 32 elements, or a 16x16 tile), the block scale (fp32 | e4m3 two-level | e8m0)
      and y = x / scale clamped to ±g_max (no clamp needed for fp32 scales with RTNE, below);
   3. rounding of |y| to the grid's level index: RTNE, or SR with 16-bit uniforms from Philox seeded per
@@ -120,18 +121,17 @@ def _butterfly(v):
 
 
 @triton.jit
-def _rotate(v, signs, PAIR_MAX: tl.constexpr = False, ODD_SIGNED: tl.constexpr = False):
-    """_butterfly(v * signs) with the signs folded into the first stage: a*sa + b*sb and a*sa - b*sb
-    are one FMA each on t = b*sb (a*sa and t are exact, so each is rounded once, as the sum is).
-    ODD_SIGNED: v's odd elements (the b of each pair) already carry their signs (_load_tile).
+def _rotate(v, signs, PAIR_MAX: tl.constexpr = False):
+    """_butterfly(v * signs) for v from _load_tile(.., signs), whose odd elements (the b of each
+    first-stage pair) carry their signs already: a*sa + b and a*sa - b are one FMA each (a*sa is
+    exact, so each is rounded once, as the sum is).
     PAIR_MAX: instead of the last stage's pair (a + b, a - b), max(|a + b|, |a - b|) = |a| + |b|, with
     the same bits (rounding is monotone and odd), [BM, NG, 2, 2, 2]."""
     BM: tl.constexpr = v.shape[0]
     NG: tl.constexpr = v.shape[1]
     a, b = tl.split(tl.permute(tl.reshape(v, (BM, NG, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
-    sa, sb = tl.split(tl.permute(tl.reshape(signs, (1, 1, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))
-    t = b if ODD_SIGNED else b * sb
-    v = tl.join(tl.fma(a, sa, t), tl.fma(a, sa, t * -1.0))
+    sa = tl.split(tl.permute(tl.reshape(signs, (1, 1, 2, 2, 2, 2)), (0, 1, 5, 2, 3, 4)))[0]
+    v = tl.join(tl.fma(a, sa, b), tl.fma(a, sa, b * -1.0))
     for _ in tl.static_range(2):
         v = tl.permute(v, (0, 1, 5, 2, 3, 4))
         a, b = tl.split(v)
@@ -225,20 +225,16 @@ def _to_f32(v, X_BITS: tl.constexpr):
 @triton.jit
 def _from_words(w, s_odd=None):
     """Words [BM, NG, 4] of two elements each (bf16: int32, fp32: int64; element 2i in the low half of
-    word i) -> their 8 elements [BM, NG, 8] in fp32, by a shift and a mask each. s_odd (bf16 only):
-    the fp32 bits [1, 1, 4] of the odd elements' RHT signs, ±1.0 = 0x3F800000 | sign, which those
-    elements then carry at no cost: bits 16..31 of w with the sign's bit 31 xor-ed in are
-    M ? w ^ s : w & s bit by bit for M = 0xC07F0000 (s is 0 on M's bits but 31, 1 on the others from
-    16 up), one 3-input logic instruction, as the mask alone was."""
+    word i) -> their 8 elements [BM, NG, 8] in fp32, by a shift and a mask each. s_odd: the sign bits
+    [1, 1, 4] of the odd elements' RHT signs, xor-ed into those elements (bf16: in the same 3-input
+    logic instruction as the mask)."""
     if w.dtype == tl.int32:
         ev = _bits_to_f32(w << 16)
-        if s_odd is None:
-            od = _bits_to_f32(w & -65536)
-        else:
-            od = _bits_to_f32(((w ^ s_odd) & -1065418752) | (w & s_odd & 0x3F800000))
+        od = w & -65536
     else:
         ev = _bits_to_f32(w.to(tl.int32))
-        od = _bits_to_f32((w >> 32).to(tl.int32))
+        od = (w >> 32).to(tl.int32)
+    od = _bits_to_f32(od if s_odd is None else od ^ s_odd)
     return tl.reshape(tl.join(ev, od), (w.shape[0], w.shape[1], 8))
 
 
@@ -248,51 +244,46 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
     bf16 x comes as words of two elements, split by a shift and a mask (cheaper than the compiler's
     conversions, and exact in the interpreter): rowwise two of a group (_from_words), columnwise
     the same element of the groups m and m + 1 (a word per row, the halves interleaved along m).
-    signs: the RHT signs [1, 1, 8, 2] (±1.0); bf16 words then give their odd elements times their
-    signs (_odd_signed says when; _rotate takes them so), columnwise by adding or xor-ing the sign
-    bit to the shifted or masked word (one instruction each, as without it)."""
-    if COLWISE and x_ptr.dtype.element_ty == tl.int32:
+    signs: the RHT signs [1, 1, 8, 2] (±1): the odd elements come out times their signs (_rotate
+    takes them so), their sign bits xor-ed in by the instruction that splits a bf16 word (the mask
+    of the high half; the shift of the low half becomes a shift-add of the sign bit), or by one
+    instruction in place of the multiply."""
+    if COLWISE:
         sl = None
         sh = None
-        if signs is not None:
-            s_lo, s_hi = tl.split(signs.to(tl.int32, bitcast=True) & -2147483648)  # sign bits [1, 1, 8]
+        if signs is not None:  # the sign bits [1, 1] of elements 0..7 and 8..15
+            s_lo, s_hi = tl.split(signs.to(tl.int32, bitcast=True) & -2147483648)
             sl = _split8(s_lo)
             sh = _split8(s_hi)
         xs = ()
         for k in tl.static_range(16):
-            w = tl.load(x_ptr + base + k * (M // 2), mask=mask, other=0)  # [BM // 2, NG]
-            if signs is not None and k % 2 == 1:
-                sb = sh[k - 8] if k >= 8 else sl[k]
-                v = tl.join(_bits_to_f32((w << 16) + sb), _bits_to_f32((w & -65536) ^ sb))
+            if x_ptr.dtype.element_ty == tl.int32:  # words of the groups m, m + 1 (_load_offsets)
+                w = tl.load(x_ptr + base + k * (M // 2), mask=mask, other=0)  # [BM // 2, NG]
+                if signs is not None and k % 2 == 1:
+                    sb = sh[k - 8] if k >= 8 else sl[k]
+                    v = tl.join(_bits_to_f32((w << 16) + sb), _bits_to_f32((w & -65536) ^ sb))
+                else:
+                    v = tl.join(_bits_to_f32(w << 16), _bits_to_f32(w & -65536))
+                xk = tl.reshape(tl.permute(v, (0, 2, 1)), (2 * w.shape[0], w.shape[1]))
             else:
-                v = tl.join(_bits_to_f32(w << 16), _bits_to_f32(w & -65536))
-            xs = xs + (tl.reshape(tl.permute(v, (0, 2, 1)), (2 * w.shape[0], w.shape[1])),)
-        lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
-        hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
-    elif COLWISE:
-        p = x_ptr + base
-        xs = ()
-        for k in tl.static_range(16):
-            xs = xs + (_to_f32(tl.load(p + k * M, mask=mask, other=0), X_BITS),)
+                xk = _to_f32(tl.load(x_ptr + base + k * M, mask=mask, other=0), X_BITS)
+                if signs is not None and k % 2 == 1:
+                    sb = sh[k - 8] if k >= 8 else sl[k]
+                    xk = _bits_to_f32(xk.to(tl.int32, bitcast=True) ^ sb)
+            xs = xs + (xk,)
         lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
         hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
     else:
         p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
         s_lo = None
         s_hi = None
-        if signs is not None and _odd_signed(x_ptr):  # the odd signs [1, 1, 4] of each half
-            h0, h1 = tl.split(tl.reshape(signs.to(tl.int32, bitcast=True), (1, 1, 4, 2, 2)))  # (j // 2, j % 2)
+        if signs is not None:  # the odd signs' sign bits [1, 1, 4] of each half
+            h0, h1 = tl.split(tl.reshape(signs.to(tl.int32, bitcast=True) & -2147483648, (1, 1, 4, 2, 2)))
             s_lo = tl.split(h0)[1]
             s_hi = tl.split(h1)[1]
         lo = _from_words(tl.load(p, mask=mask[:, :, None], other=0), s_lo)
         hi = _from_words(tl.load(p + 4, mask=mask[:, :, None], other=0), s_hi)
     return tl.join(lo, hi)
-
-
-@triton.jit
-def _odd_signed(x_ptr):
-    """Whether _load_tile(.., signs) gives the odd elements signed: bf16 words."""
-    return tl.constexpr(x_ptr.dtype.element_ty == tl.int32)
 
 
 @triton.jit
@@ -556,16 +547,16 @@ def _amax_kernel(x_ptr, amax_ptr, N, BLOCK: tl.constexpr, MASK: tl.constexpr, IN
 
 
 @triton.jit
-def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr, ODD_SIGNED: tl.constexpr = False):
-    """Groups v [BM, NG, 8, 2] -> max |v| (rotated if RHT; ODD_SIGNED as _rotate's) per group [BM, NG].
+def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr):
+    """Groups v [BM, NG, 8, 2] -> max |v| (rotated if RHT, v loaded with the signs) per group [BM, NG].
     EXACT: the bits of the max over the finite values (int32). Else fp32 by float maxima, the last
     butterfly stage's pairs as _rotate's PAIR_MAX: the same for finite groups, else NaN or Inf (or,
     where a max drops NaN, the max of the others; the caller then reads its tiles again, EXACT)."""
     if EXACT:
-        a = (_rotate(v, signs, False, ODD_SIGNED) if RHT else v).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        a = (_rotate(v, signs) if RHT else v).to(tl.int32, bitcast=True) & 0x7FFFFFFF
         out = tl.max(tl.max(tl.where(a < 0x7F800000, a, 0), axis=3), axis=2)
     elif RHT:
-        out = tl.max(tl.max(tl.max(_rotate(v, signs, True, ODD_SIGNED), axis=4), axis=3), axis=2)
+        out = tl.max(tl.max(tl.max(_rotate(v, signs, True), axis=4), axis=3), axis=2)
     else:
         out = tl.max(tl.max(tl.abs(v), axis=3), axis=2)
     return out
@@ -588,12 +579,12 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
         _, _, mask, base = _tile_offsets(i % n_c, i // n_c, C, R, TC, TR // 16, True, I64)
         base, mask = _load_offsets(xc_ptr, i % n_c, i // n_c, C, R, base, mask, True, I64)
         xc = _load_tile(xc_ptr, base, mask, C, True, X_BITS, signs)
-        acc_c = _max_nan(acc_c, _group_max(xc, signs, True, EXACT, _odd_signed(xc_ptr)))
+        acc_c = _max_nan(acc_c, _group_max(xc, signs, True, EXACT))
         if SYNC:
             tl.debug_barrier()
         _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
         xr = _load_tile(xw_ptr, base, mask, R, False, X_BITS, signs if ROW_RHT else None)
-        acc_r = _max_nan(acc_r, _group_max(xr, signs, ROW_RHT, EXACT, ROW_RHT and _odd_signed(xw_ptr)))
+        acc_r = _max_nan(acc_r, _group_max(xr, signs, ROW_RHT, EXACT))
         i += tl.num_programs(0)
     return _tile_max(acc_r, EXACT), _tile_max(acc_c, EXACT)
 
@@ -618,7 +609,7 @@ def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: t
         _, _, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
         base, mask = _load_offsets(x_ptr, i // n_g, i % n_g, M, K, base, mask, COLWISE, I64)
         x = _load_tile(x_ptr, base, mask, M, COLWISE, X_BITS, signs)
-        acc = _max_nan(acc, _group_max(x, signs, True, EXACT, _odd_signed(x_ptr)))
+        acc = _max_nan(acc, _group_max(x, signs, True, EXACT))
         i += tl.num_programs(0)
     return _tile_max(acc, EXACT)
 
@@ -686,7 +677,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     lbase, lmask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
     if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
         signs = _signs(signs_ptr)
-        x = _rotate(_load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs), signs, False, _odd_signed(x_ptr))
+        x = _rotate(_load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs), signs)
     else:
         x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS)       # [BM, NG, 8, 2] fp32
     xbits = x.to(tl.int32, bitcast=True)
