@@ -953,8 +953,8 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
 
 
 def _check_signs(rht_signs: Optional[torch.Tensor], dev: torch.device):
-    """16 values on dev; ±1 as well where reading them costs no device sync (the kernels take the
-    bits of ±1.0, _from_words)."""
+    """16 values on dev; ±1 as well where reading them costs no device sync (the kernels apply them
+    as sign bits, _load_tile)."""
     if rht_signs is not None and (rht_signs.numel() != 16 or rht_signs.device != dev):
         raise ValueError(f"rht_signs must hold 16 values on {dev}; got shape {tuple(rht_signs.shape)} "
                          f"on {rht_signs.device}")
