@@ -901,18 +901,21 @@ def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
     return (M, kq) if colwise or block_2d else (1, M * kq)
 
 
-def _col_words(colwise: bool, dtype, row: int, rht: bool) -> bool:
+def _col_words(colwise: bool, dtype, row: int, rht: bool, dequant_rtne: bool = False) -> bool:
     """Whether a kernel reads x as words of two elements columnwise: bf16 of even row length, rotated
-    (there the split saves the most; compiled for sm_90, the kernels without RHT took more registers)."""
-    return colwise and dtype == torch.bfloat16 and row % 2 == 0 and rht
+    (there the split saves the most; compiled for sm_90, the kernels without RHT took more registers),
+    unless it writes a dequantized output rounded to nearest (timed on the H200, 8192^2: words made
+    those 1-3% slower, the codes outputs 4-9% and SR's dequant output 4% faster)."""
+    return colwise and dtype == torch.bfloat16 and row % 2 == 0 and rht and not dequant_rtne
 
 
-def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, rht: bool = False) -> torch.Tensor:
+def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, rht: bool = False,
+                dequant_rtne: bool = False) -> torch.Tensor:
     """x (bf16 | fp32, contiguous) as _load_tile reads it: rowwise, as words of two elements (int32 |
     int64; a tensor that starts off a word boundary is copied first); columnwise, as int32 words of
     two where _col_words says so (copied first likewise), else as is, or bf16 as its int16 bits in
     the interpreter (X_BITS: then the kernel gets an int16 tensor)."""
-    if _col_words(colwise, x.dtype, x.shape[-1], rht):  # words of the elements m, m + 1
+    if _col_words(colwise, x.dtype, x.shape[-1], rht, dequant_rtne):  # words of the elements m, m + 1
         return (x.clone() if x.data_ptr() % 4 else x).view(torch.int32)
     if colwise:
         return x.view(torch.int16) if interpret and x.dtype == torch.bfloat16 else x
@@ -1101,7 +1104,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret)
     else:
         amax = tscale
-    xk = _tile_input(x, p.colwise, interpret, rht_signs is not None)
+    xk = _tile_input(x, p.colwise, interpret, rht_signs is not None, want_dequant and not sr)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes.view(torch.int64) if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
@@ -1160,7 +1163,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
-    x_bits = interpret and dtype == torch.bfloat16 and colwise and not _col_words(colwise, dtype, M, rht)
+    x_bits = interpret and dtype == torch.bfloat16 and colwise and \
+        not _col_words(colwise, dtype, M, rht, want_dequant and not sr)
     fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
     i64 = max(numel, (numel // shape[-1] if shape[-1] else 0) * out_stride) >= 2**31  # out's offsets too
     constexprs = (bm, ng, block, block_2d, colwise, i64, rht, keep_rotated, SCALE_MODES[scale_mode], sr,
@@ -1185,7 +1189,7 @@ def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode
     p = _plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
               True, want_codes, not want_codes, tile, True, 0)
     words = {torch.bfloat16: "*i32", torch.float32: "*i64"}[dtype]  # rows are read as words (_tile_input)
-    col = "*i32" if _col_words(p.colwise, dtype, p.M, rht) else "*bf16" if dtype == torch.bfloat16 else "*fp32"
+    col = "*i32" if _col_words(p.colwise, dtype, p.M, rht, not want_codes and not sr) else "*bf16" if dtype == torch.bfloat16 else "*fp32"
     types = [col if p.colwise else words,
              "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
              ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",

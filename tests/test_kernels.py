@@ -453,25 +453,40 @@ def test_rows_off_a_word_boundary(dtype):
 
 
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
-def test_bf16_columns_read_as_words(scale):
+def test_bf16_columns_read_as_words(scale, monkeypatch):
     """Columns of bf16 x with an even row length are read with RHT as words holding the same element
-    of two neighbouring groups (m, m + 1), the odd elements' signs applied as the words are split
-    (without RHT as bf16 values): the reference's codes, scales and dequant (kept rotated and rotated
-    back), on whole and partial tiles, and the rotated tensor amax pass reads them alike."""
+    of two neighbouring groups (m, m + 1), the odd elements' signs applied as the words are split,
+    for codes outputs and SR (a dequantized output rounded to nearest, and x without RHT, as bf16
+    values): the reference's codes, scales and dequant (kept rotated and rotated back) on whole and
+    partial tiles; SR's dequant read as words equals it read as values; the rotated tensor amax
+    pass reads words alike."""
     cases = [(16, True, (32, 40)), (16, False, (48, 18)), (32, True, (64, 34)), (32, False, (32, 2)),
              (16, True, (16, 130))]
     for i, (block, use_rht, shape) in enumerate(cases):
         spec = quant.QuantSpec(("e2m1", "e1m2")[i % 2], block, scale, rht=use_rht)
         x = make_x(shape, torch.bfloat16, seed=50 + i)
         what = f"{spec} {shape}"
+        assert kernels._tile_input(x, True, True, use_rht).dtype == (torch.int32 if use_rht else torch.int16)
+        assert kernels._tile_input(x, True, True, use_rht, dequant_rtne=True).dtype == torch.int16
         ref = quant.quantize(x, spec, 0, signs=SIGNS)
-        codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, 0, keep_rotated=True))
+        codes, scales, t, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, 0, want_dequant=False))
         assert_same_bits(codes, ref.codes, what + " codes")
         assert_same_bits(scales, ref.scales, what + " scales")
         assert_same_bits(t, ref.tensor_scale, what + " tensor scale")
+        dq = kernels.fake_quantize(x.to(DEV), **kernel_args(spec, 0, keep_rotated=True))
         assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
         dq = kernels.fake_quantize(x.to(DEV), **kernel_args(spec, 0, out_dtype=torch.float32))
         assert_same_bits(dq, ref.dequantize(torch.float32), what + " dequant rotated back")
+        if use_rht:
+            sr = dict(kernel_args(spec, 0, keep_rotated=True), sr=True, seed=7)
+            words = kernels.quantize(x.to(DEV), **sr)
+            with monkeypatch.context() as m:  # (the launch plans are cached: cleared on either side)
+                m.setattr(kernels, "_col_words", lambda *a: False)
+                kernels._plan.cache_clear()
+                values = kernels.quantize(x.to(DEV), **sr)
+            kernels._plan.cache_clear()
+            for j, part in enumerate(("codes", "scales", "tensor scale", "dequant")):
+                assert_same_bits(words[j], values[j], f"{what} SR {part}, words vs values")
         if use_rht and scale == "e4m3":  # (tensor_amax_both: test_tensor_amax_both_and_quantize_given_it)
             got = kernels.tensor_amax(x.to(DEV), rht_signs=SIGNS.to(DEV), dim=0)
             assert_same_bits(got, rht.rht(x.float(), SIGNS, 0).abs().amax(), what + " tensor amax")
