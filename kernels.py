@@ -901,21 +901,22 @@ def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
     return (M, kq) if colwise or block_2d else (1, M * kq)
 
 
-def _col_words(colwise: bool, dtype, row: int, rht: bool, dequant_rtne: bool = False) -> bool:
+def _col_words(colwise: bool, dtype, row: int, rht: bool, as_values: bool = False) -> bool:
     """Whether a kernel reads x as words of two elements columnwise: bf16 of even row length, rotated
     (there the split saves the most; compiled for sm_90, the kernels without RHT took more registers),
-    unless it writes a dequantized output rounded to nearest (timed on the H200, 8192^2: words made
-    those 1-3% slower, the codes outputs 4-9% and SR's dequant output 4% faster)."""
-    return colwise and dtype == torch.bfloat16 and row % 2 == 0 and rht and not dequant_rtne
+    unless the caller asks for values: the quantize kernels writing a dequantized output rounded to
+    nearest, and tensor_amax_both (timed on the H200, 8192^2: words made the first 1-3% slower and
+    the second 19%, while the codes outputs were 4-9% and SR's dequant output 4% faster)."""
+    return colwise and dtype == torch.bfloat16 and row % 2 == 0 and rht and not as_values
 
 
 def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, rht: bool = False,
-                dequant_rtne: bool = False) -> torch.Tensor:
+                as_values: bool = False) -> torch.Tensor:
     """x (bf16 | fp32, contiguous) as _load_tile reads it: rowwise, as words of two elements (int32 |
     int64; a tensor that starts off a word boundary is copied first); columnwise, as int32 words of
     two where _col_words says so (copied first likewise), else as is, or bf16 as its int16 bits in
     the interpreter (X_BITS: then the kernel gets an int16 tensor)."""
-    if _col_words(colwise, x.dtype, x.shape[-1], rht, dequant_rtne):  # words of the elements m, m + 1
+    if _col_words(colwise, x.dtype, x.shape[-1], rht, as_values):  # words of the elements m, m + 1
         return (x.clone() if x.data_ptr() % 4 else x).view(torch.int32)
     if colwise:
         return x.view(torch.int16) if interpret and x.dtype == torch.bfloat16 else x
@@ -1004,7 +1005,7 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
     R, C = x.shape
     grid = (min(_cdiv(R, tr) * _cdiv(C, tc), programs),)
-    xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret, True)
+    xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret, True, as_values=True)
     args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, tr, tc, x.numel() >= 2**31,
             xc.dtype == torch.int16, row_rht, C, bool(sync and sync[0]))
     _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),

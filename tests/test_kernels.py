@@ -467,7 +467,7 @@ def test_bf16_columns_read_as_words(scale, monkeypatch):
         x = make_x(shape, torch.bfloat16, seed=50 + i)
         what = f"{spec} {shape}"
         assert kernels._tile_input(x, True, True, use_rht).dtype == (torch.int32 if use_rht else torch.int16)
-        assert kernels._tile_input(x, True, True, use_rht, dequant_rtne=True).dtype == torch.int16
+        assert kernels._tile_input(x, True, True, use_rht, as_values=True).dtype == torch.int16
         ref = quant.quantize(x, spec, 0, signs=SIGNS)
         codes, scales, t, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, 0, want_dequant=False))
         assert_same_bits(codes, ref.codes, what + " codes")
