@@ -905,8 +905,9 @@ def _col_words(colwise: bool, dtype, row: int, rht: bool, as_values: bool = Fals
     """Whether a kernel reads x as words of two elements columnwise: bf16 of even row length, rotated
     (there the split saves the most; compiled for sm_90, the kernels without RHT took more registers),
     unless the caller asks for values: the quantize kernels writing a dequantized output rounded to
-    nearest, and tensor_amax_both (timed on the H200, 8192^2: words made the first 1-3% slower and
-    the second 19%, while the codes outputs were 4-9% and SR's dequant output 4% faster)."""
+    nearest (timed on the H200, 8192^2: words made them 1-3% slower, the codes outputs 4-9% and SR's
+    dequant output 4% faster), and tensor_amax_both (19% slower since words and signed loads came in;
+    values there not timed yet)."""
     return colwise and dtype == torch.bfloat16 and row % 2 == 0 and rht and not as_values
 
 
@@ -1190,7 +1191,8 @@ def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode
     p = _plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
               True, want_codes, not want_codes, tile, True, 0)
     words = {torch.bfloat16: "*i32", torch.float32: "*i64"}[dtype]  # rows are read as words (_tile_input)
-    col = "*i32" if _col_words(p.colwise, dtype, p.M, rht, not want_codes and not sr) else "*bf16" if dtype == torch.bfloat16 else "*fp32"
+    values = not want_codes and not sr  # (quantize reads columns as words for codes and SR only)
+    col = "*i32" if _col_words(p.colwise, dtype, p.M, rht, values) else "*bf16" if dtype == torch.bfloat16 else "*fp32"
     types = [col if p.colwise else words,
              "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
              ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",
