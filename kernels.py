@@ -29,7 +29,8 @@ viewed as one long row (M = 1) and a warp's lanes take consecutive groups, each 
 halves of words holding two elements (bf16: int32, fp32: int64; _from_words splits a word with a shift
 and a mask, cheaper than the compiler's conversions); columnwise, a group is 16 row vectors, each
 contiguous along C (rotated bf16 read as words of two neighbouring groups' elements, split the same
-way), and only the codes are transposed (in registers) before they are stored.
+way, where a kernel writes codes or draws SR; _col_words), and only the codes are transposed (in
+registers) before they are stored.
 
 Exactness. Every step is the reference's fp32 operation in the same order: IEEE division (tl.math.div_rn;
 plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a multiplication by the
