@@ -29,7 +29,7 @@ viewed as one long row (M = 1) and a warp's lanes take consecutive groups, each 
 halves of words holding two elements (bf16: int32, fp32: int64; _from_words splits a word with a shift
 and a mask, cheaper than the compiler's conversions); columnwise, a group is 16 row vectors, each
 contiguous along C (rotated bf16 read as words of two neighbouring groups' elements, split the same
-way, where a kernel writes codes or draws SR; _col_words), and only the codes are transposed (in
+way, where a kernel writes codes or draws SR; _plan), and only the codes are transposed (in
 registers) before they are stored.
 
 Exactness. Every step is the reference's fp32 operation in the same order: IEEE division (tl.math.div_rn;
@@ -258,18 +258,19 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
             sh = _split8(s_hi)
         xs = ()
         for k in tl.static_range(16):
+            sb = None
+            if signs is not None and k % 2 == 1:  # an odd element: its sign bit
+                sb = sh[k - 8] if k >= 8 else sl[k]
             if x_ptr.dtype.element_ty == tl.int32:  # words of the groups m, m + 1 (_load_offsets)
                 w = tl.load(x_ptr + base + k * (M // 2), mask=mask, other=0)  # [BM // 2, NG]
-                if signs is not None and k % 2 == 1:
-                    sb = sh[k - 8] if k >= 8 else sl[k]
+                if sb is not None:
                     v = tl.join(_bits_to_f32((w << 16) + sb), _bits_to_f32((w & -65536) ^ sb))
                 else:
                     v = tl.join(_bits_to_f32(w << 16), _bits_to_f32(w & -65536))
                 xk = tl.reshape(tl.permute(v, (0, 2, 1)), (2 * w.shape[0], w.shape[1]))
             else:
                 xk = _to_f32(tl.load(x_ptr + base + k * M, mask=mask, other=0), X_BITS)
-                if signs is not None and k % 2 == 1:
-                    sb = sh[k - 8] if k >= 8 else sl[k]
+                if sb is not None:
                     xk = _bits_to_f32(xk.to(tl.int32, bitcast=True) ^ sb)
             xs = xs + (xk,)
         lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
@@ -902,23 +903,18 @@ def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
     return (M, kq) if colwise or block_2d else (1, M * kq)
 
 
-def _col_words(colwise: bool, dtype, row: int, rht: bool, as_values: bool = False) -> bool:
-    """Whether a kernel reads x as words of two elements columnwise: bf16 of even row length, rotated
-    (there the split saves the most; compiled for sm_90, the kernels without RHT took more registers),
-    unless the caller asks for values: the quantize kernels writing a dequantized output rounded to
-    nearest (timed on the H200, 8192^2: words made them 1-3% slower, the codes outputs 4-9% and SR's
-    dequant output 4% faster), and tensor_amax_both (19% slower since words and signed loads came in;
-    values there not timed yet)."""
-    return colwise and dtype == torch.bfloat16 and row % 2 == 0 and rht and not as_values
+def _col_words(colwise: bool, dtype, row: int, words: bool) -> bool:
+    """Whether a kernel reads x columnwise as int32 words of two elements (m, m + 1): where its caller
+    asks (words) and x is bf16 of an even row length."""
+    return words and colwise and dtype == torch.bfloat16 and row % 2 == 0
 
 
-def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, rht: bool = False,
-                as_values: bool = False) -> torch.Tensor:
+def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, words: bool = False) -> torch.Tensor:
     """x (bf16 | fp32, contiguous) as _load_tile reads it: rowwise, as words of two elements (int32 |
     int64; a tensor that starts off a word boundary is copied first); columnwise, as int32 words of
-    two where _col_words says so (copied first likewise), else as is, or bf16 as its int16 bits in
+    two where words is asked and _col_words allows it (copied first likewise), else as is, or bf16 as its int16 bits in
     the interpreter (X_BITS: then the kernel gets an int16 tensor)."""
-    if _col_words(colwise, x.dtype, x.shape[-1], rht, as_values):  # words of the elements m, m + 1
+    if _col_words(colwise, x.dtype, x.shape[-1], words):  # words of the elements m, m + 1
         return (x.clone() if x.data_ptr() % 4 else x).view(torch.int32)
     if colwise:
         return x.view(torch.int16) if interpret and x.dtype == torch.bfloat16 else x
@@ -951,7 +947,7 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
     else:
         bm, ng, nw, _ = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
-        xk = _tile_input(x, colwise, interpret, True)
+        xk = _tile_input(x, colwise, interpret, words=True)
         args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
         _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
                 (_amax_rht_kernel, grid, nw, args[3:], xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16), args)
@@ -1007,7 +1003,9 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
     R, C = x.shape
     grid = (min(_cdiv(R, tr) * _cdiv(C, tc), programs),)
-    xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret, True, as_values=True)
+    # (columns as bf16 values: with words and signs applied at load it took 0.063 ms against 0.053 at
+    # 8192^2 on the H200; values again not timed yet)
+    xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret)
     args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, tr, tc, x.numel() >= 2**31,
             xc.dtype == torch.int16, row_rht, C, bool(sync and sync[0]))
     _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
@@ -1107,7 +1105,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         amax = _amax(x, None if rht_signs is None else signs, p.M, p.K, p.colwise, interpret)
     else:
         amax = tscale
-    xk = _tile_input(x, p.colwise, interpret, rht_signs is not None, want_dequant and not sr)
+    xk = _tile_input(x, p.colwise, interpret, p.words)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes.view(torch.int64) if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
             tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
@@ -1145,7 +1143,7 @@ class _Plan(NamedTuple):
     scales_shape: tuple
     out_dtype: torch.dtype
     out_mode: int
-    x_bits: bool
+    words: bool  # columns read as words (_tile_input)
     constexprs: tuple
     options: tuple
 
@@ -1166,8 +1164,11 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
-    x_bits = interpret and dtype == torch.bfloat16 and colwise and \
-        not _col_words(colwise, dtype, M, rht, want_dequant and not sr)
+    # columns with RHT as words where the kernel writes codes or draws SR (timed on the H200, 8192^2:
+    # codes outputs 4-9% faster, SR's dequant output 4%); a dequantized output rounded to nearest reads
+    # bf16 values (1-3% faster than words), as do kernels without RHT (words took more registers)
+    words = _col_words(colwise, dtype, M, rht and (sr or not want_dequant))
+    x_bits = interpret and dtype == torch.bfloat16 and colwise and not words
     fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
     i64 = max(numel, (numel // shape[-1] if shape[-1] else 0) * out_stride) >= 2**31  # out's offsets too
     constexprs = (bm, ng, block, block_2d, colwise, i64, rht, keep_rotated, SCALE_MODES[scale_mode], sr,
@@ -1178,7 +1179,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   (K // 16) % ng == 0 and M % bm == 0)
     grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
     return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
-                 (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, x_bits,
+                 (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 
 
@@ -1192,8 +1193,7 @@ def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode
     p = _plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
               True, want_codes, not want_codes, tile, True, 0)
     words = {torch.bfloat16: "*i32", torch.float32: "*i64"}[dtype]  # rows are read as words (_tile_input)
-    values = not want_codes and not sr  # (quantize reads columns as words for codes and SR only)
-    col = "*i32" if _col_words(p.colwise, dtype, p.M, rht, values) else "*bf16" if dtype == torch.bfloat16 else "*fp32"
+    col = "*i32" if p.words else "*bf16" if dtype == torch.bfloat16 else "*fp32"
     types = [col if p.colwise else words,
              "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
              ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",

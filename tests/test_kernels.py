@@ -466,8 +466,11 @@ def test_bf16_columns_read_as_words(scale, monkeypatch):
         spec = quant.QuantSpec(("e2m1", "e1m2")[i % 2], block, scale, rht=use_rht)
         x = make_x(shape, torch.bfloat16, seed=50 + i)
         what = f"{spec} {shape}"
-        assert kernels._tile_input(x, True, True, use_rht).dtype == (torch.int32 if use_rht else torch.int16)
-        assert kernels._tile_input(x, True, True, use_rht, as_values=True).dtype == torch.int16
+        for sr, want_codes, want_dequant, words in ((False, True, False, use_rht), (True, True, True, use_rht),
+                                                     (False, True, True, False), (False, False, True, False)):
+            plan = kernels._plan(shape, x.dtype, True, spec.levels, block, scale, sr, use_rht, False, 0,
+                                 torch.bfloat16, True, want_codes, want_dequant, None, True)
+            assert plan.words == words, (what, sr, want_codes, want_dequant)
         ref = quant.quantize(x, spec, 0, signs=SIGNS)
         codes, scales, t, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, 0, want_dequant=False))
         assert_same_bits(codes, ref.codes, what + " codes")
