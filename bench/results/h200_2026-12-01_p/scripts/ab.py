@@ -45,12 +45,14 @@ def call(mods, x, spec, dim, output, variant, rht_on, signs, tile=None):
         return lambda: k.quantize(x, **kw)
     words = k._col_words
 
-    def fn():
+    def fn():  # (since 763c707 quantize's cached launch plans hold the choice: cleared on either side)
         k._col_words = lambda *a: False
+        k._plan.cache_clear()
         try:
             return k.quantize(x, **kw)
         finally:
             k._col_words = words
+            k._plan.cache_clear()
     return fn
 
 

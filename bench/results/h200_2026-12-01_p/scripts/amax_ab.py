@@ -1,6 +1,6 @@
 """tensor_amax_both (RHT rows and columns from one read) side by side in one run: the working tree's
 kernels reading the columns as bf16 values (as since e1979bd), the same reading them as
-words (kernels._col_words patched to ignore as_values, as at 81682f1), and an older commit's kernels
+words (kernels._col_words patched to always allow them, as at 81682f1), and an older commit's kernels
 (--old, saved as for ab.py), plus the two single RHT passes of the working tree. 8192^2 bf16, each
 time the minimum over --rounds interleaved rounds of kernels_bench.bench()'s median.
 
@@ -33,7 +33,7 @@ def main():
 
     def as_words(fn):
         def call():
-            head._col_words = lambda *a: real(*a[:4])
+            head._col_words = lambda colwise, dtype, row, words: real(colwise, dtype, row, True)
             try:
                 return fn()
             finally:
