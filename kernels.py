@@ -387,7 +387,8 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
         cb = CB
         base = 0
     else:
-        cb = tl.maximum(y.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000) + 0x0B000000
+        # max(E, 1.0's) + 0x0B000000 as one add-and-max (sm_90: VIADDMNMX); |y| < 2**107 does not wrap
+        cb = tl.maximum((y.to(tl.int32, bitcast=True) & 0x7F800000) + 0x0B000000, 0x4A800000)
         c = _bits_to_f32(cb)
         base = (cb >> 22) - 298                        # index of level 0, 2 or 4 at spacing .5, 1, 2
     if SR and UNIFORM:  # spacing 2**-9 (the level is scaled back by STEP * 2**9 in its one FMA, exactly)
@@ -530,6 +531,45 @@ def _pack_codes(idx, xbits, finite):
     return tl.where(finite, w, 0)
 
 
+@triton.jit
+def _f8_bytes(a, b, c, d, F8: tl.constexpr):
+    """Four y' (fp32, |y'| <= 7.5 * 2**-9) -> their e4m3 bytes sign<<7 | RNE(|y'| * 2**9), a's in the
+    low byte of an int32. Below 2**-5, e4m3's step is 2**-9 and its byte is the multiple's count, so
+    the cast rounds y' to the level index as _round_to_grid would (RNE: a tie to the even index).
+    F8 2: the cast itself (sm_89+: two elements an instruction); 1: the same by an fp32 addition."""
+    if F8 == 2:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; "
+            "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; mov.b32 $0, {lo, hi}; }",
+            "=r,f,f,f,f", [a, b, c, d], dtype=tl.int32, is_pure=True, pack=1)
+    return _f8_byte(a) | (_f8_byte(b) << 8) | (_f8_byte(c) << 16) | (_f8_byte(d) << 24)
+
+
+@triton.jit
+def _f8_byte(v):
+    """_f8_bytes' byte of one y' by fp32 arithmetic: |y'| + 2**14 (whose step is 2**-9) rounds it."""
+    return ((tl.abs(v) + 16384.0).to(tl.int32, bitcast=True) - 0x46800000) | \
+        ((v.to(tl.int32, bitcast=True) >> 24) & 0x80)
+
+
+@triton.jit
+def _pack_f8(y, xbits, finite, F8: tl.constexpr):
+    """_pack_codes for uniform grids rounded to nearest from y' = y * 2**-9 / step (fp32 scales): each
+    element's e4m3 byte (_f8_bytes; the sign taken from x, which -0 needs: the fast division can
+    return +0 for x = -0), then a group's 8 bytes sign<<7 | index become its 8 nibbles sign<<3 | index
+    by shifts and masks on the even elements' and the odd elements' words."""
+    yb = y.to(tl.int32, bitcast=True)
+    ys = _bits_to_f32(yb ^ ((yb ^ xbits) & -2147483648))  # y's bits, x's sign: one 3-input logic op
+    words = ()
+    for half in tl.static_range(2):
+        x0, x1, x2, x3, x4, x5, x6, x7 = _split8(tl.split(ys)[half])
+        ev = _f8_bytes(x0, x2, x4, x6, F8)   # bytes i: element 2i
+        od = _f8_bytes(x1, x3, x5, x7, F8)   # element 2i + 1
+        words = words + (((ev | (ev >> 4)) & 0x0F0F0F0F) | ((od | (od << 4)) & -252645136),)  # 0xF0F0F0F0
+    w = (words[1].to(tl.int64) << 32) | (words[0].to(tl.int64) & 0xFFFFFFFF)
+    return tl.where(finite, w, 0)
+
+
 # ----------------------------------------------------------------------------- kernels
 @triton.jit
 def _amax_kernel(x_ptr, amax_ptr, N, BLOCK: tl.constexpr, MASK: tl.constexpr, INF: tl.constexpr,
@@ -661,7 +701,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
                      OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
-                     X_BF16: tl.constexpr, EVEN: tl.constexpr):
+                     X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
@@ -693,6 +733,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if RHT or SCALE != 2:  # (e4m3's f may be NaN: outside too)
         if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
             bad = _outside_fast_range(f, 0x71800000)
+        elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
+            bad = _outside_fast_range(f, 0x78000000)
         elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
             bad = _outside_fast_range(f, 0x7C800000)
         else:
@@ -705,6 +747,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     ff = f
     if RHT:
         ff = f * 4.0 if SCALE == 0 else f * 0.25
+    if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
+        ff = ff * (512.0 * STEP)
     fe = ff[:, :, None, None]
     if SCALE != 0:
         y = x * fe
@@ -751,6 +795,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
             yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
             yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
+            if F8:
+                yy = yy * (0.001953125 / STEP)
             if SR and UNIFORM:
                 yy = tl.fma(yy, SR_SCALE, _SR_B)
     u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
@@ -758,10 +804,14 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if SEED_PTR:
             seed = tl.load(seed_ptr)
         u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
-    idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT)
+    if F8:  # (codes only)
+        words = _pack_f8(yy, xbits, finite, F8)
+    else:
+        idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT)
+        if WANT_CODES:
+            words = _pack_codes(idx, xbits, finite)                  # [BM, NG] int64: a group's bytes
 
     if WANT_CODES:
-        words = _pack_codes(idx, xbits, finite)                      # [BM, NG] int64: a group's bytes
         tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
         if BLOCK_2D:
             sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
@@ -924,6 +974,16 @@ def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, words: bool = F
 
 
 @functools.lru_cache
+@functools.lru_cache(maxsize=None)
+def _f8_cast(arch: int = 0) -> bool:
+    """Whether the GPU (compute capability `arch`, 0: the current device's) has the fp32 -> e4m3 cast
+    (PTX cvt ... e4m3x2.f32: sm_89 and later)."""
+    if arch == 0:
+        major, minor = torch.cuda.get_device_capability()
+        arch = 10 * major + minor
+    return arch >= 89
+
+
 def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
@@ -1150,7 +1210,7 @@ class _Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=4096)
 def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d, dim, out_dtype, keep_rotated,
-          want_codes, want_dequant, tile, fast_div, out_stride=0) -> _Plan:
+          want_codes, want_dequant, tile, fast_div, out_stride=0, arch=0) -> _Plan:
     """Validate quantize()'s arguments once per combination (bad ones raise, and are not cached) and
     lay out its launch: sizes, grid, output shapes and the kernel's constexpr arguments."""
     colwise, kq = _check(shape, dtype, levels, block, scale_mode, rht, block_2d, dim, out_dtype, want_codes,
@@ -1176,7 +1236,10 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
-                  (K // 16) % ng == 0 and M % bm == 0)
+                  (K // 16) % ng == 0 and M % bm == 0,
+                  # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
+                  (1 if interpret or not _f8_cast(arch) else 2) if uniform and not sr and scale_mode == "fp32"
+                  and want_codes and not want_dequant else 0)
     grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
     return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
@@ -1191,7 +1254,7 @@ def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode
     present (Triton's compiler and the ptxas it ships; run it where TRITON_INTERPRET is unset). The
     result's .asm["cubin"] holds the machine code."""
     p = _plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
-              True, want_codes, not want_codes, tile, True, 0)
+              True, want_codes, not want_codes, tile, True, 0, arch)
     words = {torch.bfloat16: "*i32", torch.float32: "*i64"}[dtype]  # rows are read as words (_tile_input)
     col = "*i32" if p.words else "*bf16" if dtype == torch.bfloat16 else "*fp32"
     types = [col if p.colwise else words,

@@ -234,11 +234,24 @@ def test_fast_division_is_exact():
     keep = np.abs(exact) >= 0.125
     assert keep.mean() > 0.99
     assert np.array_equal(q2[keep], exact[keep])
+    # the same quotients times 2**-8 and divisors times 2**8 (s up to 2**124): uniform codes by e4m3
+    # casts divide so (_pack_f8); there the quotients from 2**-11 up decide a level
+    s8, x8 = s * np.float32(256), x.copy()
+    ok = s8 <= np.float32(2.0**124)
+    r8 = (1 / s8.astype(np.float64)).astype(np.float32)
+    z8 = (fused_fma_f32(-s8, r8, np.ones_like(s8)).astype(np.float64) * r8).astype(np.float32)
+    q8 = fused_fma_f32(x8, r8, (x8.astype(np.float64) * z8).astype(np.float32))
+    q8 = fused_fma_f32(fused_fma_f32(-s8, q8, x8), r8, q8)
+    exact8 = (x8.astype(np.float64) / s8).astype(np.float32)
+    keep8 = ok & (np.abs(exact8) >= 2.0**-11)
+    assert keep8.mean() > 0.8
+    assert np.array_equal(q8[keep8], exact8[keep8])
 
 
 def test_fast_range_is_its_bounds():
     """_outside_fast_range (one unsigned compare of the bits) flags v outside [2**-98, top] for each top
-    the kernel takes (2**123; 2**122 for RHT with fp32 scales, 2**100 for uniform SR), and NaN, zeros
+    the kernel takes (2**123; 2**122 for RHT with fp32 scales, 2**113 for uniform codes by e4m3 casts,
+    2**100 for uniform SR), and NaN, zeros
     and negative v: next to either end, and far from both."""
     import triton
     import triton.language as tl
@@ -248,7 +261,7 @@ def test_fast_range_is_its_bounds():
         o = tl.arange(0, 16)
         tl.store(out_ptr + o, kernels._outside_fast_range(tl.load(v_ptr + o), TOP).to(tl.int32))
 
-    for e_top, top_bits in ((123, 0x7D000000), (122, 0x7C800000), (100, 0x71800000)):
+    for e_top, top_bits in ((123, 0x7D000000), (122, 0x7C800000), (113, 0x78000000), (100, 0x71800000)):
         lo, top = np.float32(2.0**-98), np.float32(2.0**e_top)
         v = np.array([lo, np.nextafter(lo, np.float32(0)), np.nextafter(lo, np.float32(1)), top,
                       np.nextafter(top, np.float32(np.inf)), np.nextafter(top, np.float32(0)), 0.0, -0.0,
@@ -258,6 +271,44 @@ def test_fast_range_is_its_bounds():
         probe[(1,)](torch.from_numpy(v).to(DEV), out, top_bits)
         got = out.cpu().numpy().astype(bool)
         assert np.array_equal(got, want), f"top 2**{e_top}: wrong for {v[got != want]}"
+
+
+def test_e4m3_bytes_are_the_cast():
+    """_f8_bytes, the bytes of uniform codes rounded to nearest (_pack_f8): sign<<7 | RNE(|y| * 2**9) for
+    |y| <= 7.5 * 2**-9 is torch's fp32 -> float8_e4m3fn cast, ties to even included, zeros keep their
+    sign; the fp32 arithmetic the interpreter runs and (on GPUs with it) the cast instruction."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(y_ptr, out_ptr, N, F8: tl.constexpr):
+        o = tl.arange(0, 256)
+        m = o < N
+        a = tl.load(y_ptr + 4 * o, mask=m)
+        b = tl.load(y_ptr + 4 * o + 1, mask=m)
+        c = tl.load(y_ptr + 4 * o + 2, mask=m)
+        d = tl.load(y_ptr + 4 * o + 3, mask=m)
+        tl.store(out_ptr + o, kernels._f8_bytes(a, b, c, d, F8), mask=m)
+
+    k = np.arange(16) / 2.0                                               # levels and midpoints
+    fine = np.linspace(0, 7.5, 481)[1:-1]
+    near = np.concatenate([np.nextafter(k.astype(np.float32), np.float32(9)),
+                           np.nextafter(k.astype(np.float32), np.float32(-1))]).astype(np.float64)
+    y = np.concatenate([k, fine, near, [1e-30, 0.0]]) * 2.0**-9
+    y = np.concatenate([y, -y]).astype(np.float32)
+    y = np.concatenate([y, np.zeros((-len(y)) % 4, np.float32)])
+    y[-1] = -0.0
+    want = torch.from_numpy(y).to(torch.float8_e4m3fn).view(torch.uint8).numpy().astype(np.uint32)
+    want = want.reshape(-1, 4) @ (np.uint32(1) << np.arange(0, 32, 8, dtype=np.uint32))
+    n = len(y) // 4
+    for f8 in (1, 2) if DEV == "cuda" else (1,):
+        out = torch.zeros(256 * ((n + 255) // 256), dtype=torch.int32, device=DEV)
+        for i in range(0, n, 256):
+            part = torch.from_numpy(y[4 * i: 4 * i + 1024].copy()).to(DEV)
+            probe[(1,)](part, out[i:], min(256, n - i), f8)
+        got = out[:n].cpu().numpy().view(np.uint32)
+        bad = np.nonzero(got != want)[0]
+        assert len(bad) == 0, f"F8 {f8}: {len(bad)} words differ, first {y[4 * bad[0]: 4 * bad[0] + 4]}"
 
 
 def _rn32(v: Fraction) -> float:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# What set q ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit in each
+# call's commit.txt, with the kernels of 061f85e saved as kernels_061f85e.py for the side-by-side runs:
+#   git show 061f85e:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_061f85e.py
+#   bash bench/results/h200_2026-12-02_q/commands.sh 1     -> call1_*
+set -u
+py=${PYTHON:-python3}; out=${OUT:-runs/q}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
+here=bench/results/h200_2026-12-02_q/scripts
+git rev-parse --short HEAD > "$out/commit.txt" 2>/dev/null || cat REV > "$out/commit.txt" 2>/dev/null
+c=${1:-1}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv > "$out/call${c}_smi.txt" 2>&1
+case "$c" in
+1)  timeout 60 $py -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "e4m3_bytes or fast_range" \
+        > "$out/call1_tests.txt" 2>&1
+    timeout 200 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call1_kernels_checked.json" \
+        > "$out/call1_kernels_checked.txt" 2>&1
+    timeout 190 $py $here/tiles_ab.py --dim -1 --tiles "(1,64,1) (1,64,2) (1,128,1) (1,256,2) (1,128,2)" \
+        --old kernels_061f85e.py --out "$out/call1_rows.json" > "$out/call1_rows.txt" 2>&1
+    timeout 110 $py $here/tiles_ab.py --dim 0 --tiles "None" --old kernels_061f85e.py \
+        --out "$out/call1_cols.json" > "$out/call1_cols.txt" 2>&1 ;;
+esac
