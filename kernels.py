@@ -358,7 +358,7 @@ def _block_amax(x, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2
 
 @triton.jit
 def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr,
-                   INDEX_ONLY: tl.constexpr = False):
+                   INDEX_ONLY: tl.constexpr = False, ADD_MAX: tl.constexpr = True):
     """|y| = ay <= g_max -> (level index int32, level value fp32), RTNE or SR (k: 16-bit random integers,
     u = (k + 1/2) * 2**-16; u1 = 1 + u is built from bits).
 
@@ -387,8 +387,11 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
         cb = CB
         base = 0
     else:
-        # max(E, 1.0's) + 0x0B000000 as one add-and-max (sm_90: VIADDMNMX); |y| < 2**107 does not wrap
-        cb = tl.maximum((y.to(tl.int32, bitcast=True) & 0x7F800000) + 0x0B000000, 0x4A800000)
+        e = y.to(tl.int32, bitcast=True) & 0x7F800000
+        if ADD_MAX:  # max(e, 1.0's) + 0x0B000000 as one add-and-max (sm_90: VIADDMNMX; |y| < 2**107: no wrap)
+            cb = tl.maximum(e + 0x0B000000, 0x4A800000)
+        else:
+            cb = tl.maximum(e, 0x3F800000) + 0x0B000000
         c = _bits_to_f32(cb)
         base = (cb >> 22) - 298                        # index of level 0, 2 or 4 at spacing .5, 1, 2
     if SR and UNIFORM:  # spacing 2**-9 (the level is scaled back by STEP * 2**9 in its one FMA, exactly)
@@ -807,7 +810,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if F8:  # (codes only)
         words = _pack_f8(yy, xbits, finite, F8)
     else:
-        idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT)
+        # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
+        # 96, one program an SM fewer: 4% slower, H200)
+        idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE)
         if WANT_CODES:
             words = _pack_codes(idx, xbits, finite)                  # [BM, NG] int64: a group's bytes
 
@@ -872,8 +877,11 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps[, m_first]) per kind, from H200 sweeps (bench/kernels_bench.py); "_codes": no
 # dequantized output; "_heavy": with RHT or SR, the kernels that need the most registers; "_e8m0": column
-# codes with e8m0 scales (any rounding, RHT or not); m_first (columns): the grid's first axis along m
-_TILES = {"row": (1, 64, 2), "row_heavy": (1, 64, 2), "row_codes": (1, 64, 1), "row_codes_heavy": (1, 64, 1),
+# codes with e8m0 scales (any rounding, RHT or not); "_sr": stochastic rounding (rows with a dequantized
+# output: SR with RHT 1.06x quantize alone at (1, 64, 1), 1.10x at (1, 64, 2), H200);
+# m_first (columns): the grid's first axis along m
+_TILES = {"row": (1, 64, 2), "row_heavy": (1, 64, 2), "row_sr": (1, 64, 1), "row_codes": (1, 64, 1),
+          "row_codes_heavy": (1, 64, 1),
           "col": (128, 2, 4, True), "col_heavy": (128, 2, 4, True), "col_codes": (64, 8, 4),
           "col_codes_heavy": (64, 4, 4), "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4),
           "dequantize": (1, 128, 4)}
@@ -928,15 +936,23 @@ def _check_device(x: torch.Tensor) -> bool:
                        "TRITON_INTERPRET=1 before importing triton/kernels, or use quant.py's reference")
 
 
+def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m0: bool = False, sr: bool = False,
+               interpret: bool = False) -> str:
+    """The key of _TILES (_TILES_INTERPRET) whose tile a quantize kernel takes: the most specific of
+    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_heavy" with RHT or SR)
+    that the table holds."""
+    kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
+    keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
+    return next(k for k in keys if k in (_TILES_INTERPRET if interpret else _TILES))
+
+
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
-          heavy: bool = False, e8m0: bool = False) -> tuple:
+          heavy: bool = False, e8m0: bool = False, sr: bool = False) -> tuple:
     """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first) for one program.
     Rowwise (not 2D) the view is one row of all groups (M = 1), so the warps' lanes run along memory."""
     if tile is None:
-        kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
-        tiles = _TILES_INTERPRET if interpret else _TILES
-        keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_heavy"] * heavy + [kind]
-        tile = tiles[next(k for k in keys if k in tiles)]
+        kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret)
+        tile = (_TILES_INTERPRET if interpret else _TILES)[kind]
     bm, ng, nw, *m_first = tile
     bm = bm if colwise or block_2d else 1
     if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16) or \
@@ -1218,7 +1234,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
     bm, ng, nw, m_first = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
-                                scale_mode == "e8m0")
+                                scale_mode == "e8m0", sr)
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)

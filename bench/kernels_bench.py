@@ -39,8 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
 BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
-ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4),  # (BM, NG, num_warps)
-             (1, 128, 1), (1, 256, 2)]  # 4 groups a thread: fewer instructions an element, more registers
+ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4)]  # (BM, NG, num_warps)
 COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (16, 4, 1), (32, 4, 2),  # 1 warp: no barriers
              (64, 4, 4, True), (128, 2, 4, True), (64, 8, 4, True)]  # True: the grid's first axis along m
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
@@ -275,12 +274,11 @@ def save(res, path, t_start):
 
 
 def tile_kind(spec, dim, out, var) -> str:
-    """The key of kernels._TILES a configuration takes: orientation, output, and "_heavy" with RHT or SR;
-    column codes with e8m0 scales are a kind of their own, "_e8m0"."""
-    heavy = var == "fused_rht" or spec.rounding == "sr"
-    e8m0 = dim == 0 and out == "codes" and spec.scale == "e8m0"
-    return ("col" if dim == 0 else "row") + ("_codes" if out == "codes" else "") + \
-        ("_e8m0" if e8m0 else "_heavy" if heavy else "")
+    """The key of kernels._TILES a configuration takes (kernels._tile_kind): orientation, output, and
+    "_heavy" with RHT or SR; column codes with e8m0 scales and rowwise SR kinds of their own."""
+    sr = spec.rounding == "sr"
+    return kernels._tile_kind(dim == 0, spec.block_2d, out == "codes", var == "fused_rht" or sr,
+                              spec.scale == "e8m0", sr)
 
 
 def sweep_tiles(x, signs, cases, copy, dev):

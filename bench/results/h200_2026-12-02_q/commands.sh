@@ -3,6 +3,8 @@
 # call's commit.txt, with the kernels of 061f85e saved as kernels_061f85e.py for the side-by-side runs:
 #   git show 061f85e:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_061f85e.py
 #   bash bench/results/h200_2026-12-02_q/commands.sh 1     -> call1_*
+# and for call 2 the kernels of 8ad82db (call 1's) as kernels_8ad82db.py, made the same way:
+#   bash bench/results/h200_2026-12-02_q/commands.sh 2     -> call2_*
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/q}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_q/scripts
@@ -18,4 +20,12 @@ case "$c" in
         --old kernels_061f85e.py --out "$out/call1_rows.json" > "$out/call1_rows.txt" 2>&1
     timeout 110 $py $here/tiles_ab.py --dim 0 --tiles "None" --old kernels_061f85e.py \
         --out "$out/call1_cols.json" > "$out/call1_cols.txt" 2>&1 ;;
+2)  timeout 200 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call2_kernels_checked.json" \
+        > "$out/call2_kernels_checked.txt" 2>&1
+    timeout 100 $py $here/tiles_ab.py --dim -1 --tiles "None" --old kernels_8ad82db.py \
+        --out "$out/call2_rows.json" > "$out/call2_rows.txt" 2>&1
+    timeout 100 $py $here/tiles_ab.py --dim 0 --tiles "None" --old kernels_8ad82db.py \
+        --out "$out/call2_cols.json" > "$out/call2_cols.txt" 2>&1
+    timeout 200 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call2_dense_blocks.json" \
+        > "$out/call2_dense_blocks.txt" 2>&1 ;;
 esac
