@@ -4,7 +4,9 @@
 #   git show 061f85e:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_061f85e.py
 #   bash bench/results/h200_2026-12-02_q/commands.sh 1     -> call1_*
 # and for call 2 the kernels of 8ad82db (call 1's) as kernels_8ad82db.py, made the same way:
-#   bash bench/results/h200_2026-12-02_q/commands.sh 2     -> call2_*
+#   bash bench/results/h200_2026-12-02_q/commands.sh 2     -> call2_*   (its train_bench was cut by its
+#       limit before the last recipe, ufp4-nv: no JSON)
+#   bash bench/results/h200_2026-12-02_q/commands.sh 3     -> call3_*
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/q}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_q/scripts
@@ -28,4 +30,11 @@ case "$c" in
         --out "$out/call2_cols.json" > "$out/call2_cols.txt" 2>&1
     timeout 200 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call2_dense_blocks.json" \
         > "$out/call2_dense_blocks.txt" 2>&1 ;;
+3)  timeout 280 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call3_dense_blocks.json" \
+        > "$out/call3_dense_blocks.txt" 2>&1
+    timeout 100 $py $here/tiles_ab.py --dim 0 --outputs dequant \
+        --tiles "None (256,2,8,True) (128,2,2,True) (256,1,4,True) (64,2,2,True) (128,4,8,True)" \
+        --out "$out/call3_cols.json" > "$out/call3_cols.txt" 2>&1
+    timeout 100 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out "$out/call3_kernels_table.json" \
+        > "$out/call3_kernels_table.txt" 2>&1 ;;
 esac
