@@ -33,7 +33,7 @@ case "$c" in
 3)  timeout 280 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call3_dense_blocks.json" \
         > "$out/call3_dense_blocks.txt" 2>&1
     timeout 100 $py $here/tiles_ab.py --dim 0 --outputs dequant \
-        --tiles "None (256,2,8,True) (128,2,2,True) (256,1,4,True) (64,2,2,True) (128,4,8,True)" \
+        --tiles "None (256,2,8,True) (128,2,2,True) (64,2,2,True) (128,4,8,True)" \
         --out "$out/call3_cols.json" > "$out/call3_cols.txt" 2>&1
     timeout 100 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out "$out/call3_kernels_table.json" \
         > "$out/call3_kernels_table.txt" 2>&1 ;;
