@@ -10,7 +10,7 @@
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/q}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_q/scripts
-git rev-parse --short HEAD > "$out/commit.txt" 2>/dev/null || cat REV > "$out/commit.txt" 2>/dev/null
+cat REV > "$out/commit.txt" 2>/dev/null || git rev-parse --short HEAD > "$out/commit.txt"
 c=${1:-1}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv > "$out/call${c}_smi.txt" 2>&1
 case "$c" in
