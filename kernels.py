@@ -56,7 +56,10 @@ scales keeps y = x · r' there, x and s of a group out of range first scaled by 
 do not depend on its tile.
 Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
 0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
-and an RNE tie lands on the even multiple, which is the even level index. The bf16 -> fp32 input and
+and an RNE tie lands on the even multiple, which is the even level index. Uniform-grid codes rounded to
+nearest with fp32 scales (no dequantized output) let the fp32 -> e4m3 cast do it instead: y is divided
+by 2**9 * step more (in the divisor: exact), and below 2**-5 e4m3's step is 2**-9 and its byte the
+step count, two elements an instruction (_pack_f8; sm_89+, else the same by an fp32 addition). The bf16 -> fp32 input and
 fp32 -> bf16 output casts are exact/RNE; under Triton's CPU interpreter (whose bf16 casts are broken)
 the output cast is done with integer ops. Stochastic rounding is checked statistically, not bit for bit (Philox
 here, a torch.Generator in the reference).
