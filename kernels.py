@@ -992,7 +992,6 @@ def _tile_input(x: torch.Tensor, colwise: bool, interpret: bool, words: bool = F
     return x.view(torch.int32 if x.dtype == torch.bfloat16 else torch.int64)
 
 
-@functools.lru_cache
 @functools.lru_cache(maxsize=None)
 def _f8_cast(arch: int = 0) -> bool:
     """Whether the GPU (compute capability `arch`, 0: the current device's) has the fp32 -> e4m3 cast
@@ -1003,6 +1002,7 @@ def _f8_cast(arch: int = 0) -> bool:
     return arch >= 89
 
 
+@functools.lru_cache
 def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 

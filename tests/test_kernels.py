@@ -980,13 +980,13 @@ cases = [(Q("e2m1", 16, "fp32"), d, c) for d in (-1, 0) for c in (True, False)] 
     (Q("e2m1", 16, "e4m3", rht=True), -1, True), (Q("e2m1", 16, "e4m3", rht=True), 0, False),
     (Q("e1m2", 16, "fp32", "sr"), -1, False), (Q("e1m2", 16, "fp32", "sr", rht=True), 0, True),
     (Q("e1m2", 16, "fp32", rht=True), -1, False), (Q("e2m1", 16, "fp32", block_2d=True), -1, True),
-    (Q("e2m1", 16, "fp32", block_2d=True), -1, False)]
+    (Q("e2m1", 16, "fp32", block_2d=True), -1, False), (Q("e1m2", 16, "fp32", rht=True), 0, True)]
 for spec, dim, codes in cases:
     k = kernels.compile_quantize((4096, 4096), torch.bfloat16, levels=spec.levels, block=spec.block,
                                  scale_mode=spec.scale, sr=spec.rounding == "sr", rht=spec.rht, block_2d=spec.block_2d,
                                  dim=dim, want_codes=codes)
-    print("compiled", spec, "dim", dim, "codes" if codes else "dequant", "xori", k.asm["ttir"].count("arith.xori"),
-          flush=True)
+    print("compiled", spec, "dim", dim, "codes" if codes else "dequant", "cvt8", k.asm["ptx"].count("e4m3x2.f32"),
+          "xori", k.asm["ttir"].count("arith.xori"), flush=True)
 print("cases", len(cases))
 '''
 
@@ -996,13 +996,17 @@ def test_quantize_kernel_compiles_for_sm90():
     interpreter that runs the other tests here does not compile the kernels, so it lets through what
     only the compiler rejects (a name that only one arm of a branch assigns, read in the other's
     dead code for some spec). Nor does it compile their logic: the compiled RTNE kernels with RHT
-    must xor the odd elements' sign bits in (rows: one xor a half group, columns: one an odd row)."""
+    must xor the odd elements' sign bits in (rows: one xor a half group, columns: one an odd row), and
+    the codes of a uniform grid rounded to nearest with fp32 scales must come from e4m3 casts (4 a
+    group), which no other kernel takes."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = str(Path(__file__).resolve().parents[1])
     r = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, root], env=env, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    assert r.stdout.count("compiled") == 14 and "cases 14" in r.stdout
-    for line in r.stdout.splitlines():
+    assert r.stdout.count("compiled") == 15 and "cases 15" in r.stdout
+    for line in (line for line in r.stdout.splitlines() if line.startswith("compiled")):
+        f8 = "'e1m2'" in line and "'fp32'" in line and "'rtne'" in line and "codes" in line
+        assert (int(line.split("cvt8 ")[1].split()[0]) >= 4) == f8, line
         if "rht=True" in line and "'rtne'" in line:
             assert int(line.split("xori ")[1]) >= (8 if "dim 0" in line else 2), line
