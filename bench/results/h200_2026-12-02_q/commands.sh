@@ -7,6 +7,7 @@
 #   bash bench/results/h200_2026-12-02_q/commands.sh 2     -> call2_*   (its train_bench was cut by its
 #       limit before the last recipe, ufp4-nv: no JSON)
 #   bash bench/results/h200_2026-12-02_q/commands.sh 3     -> call3_*
+#   bash bench/results/h200_2026-12-02_q/commands.sh 4     -> call4_*
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/q}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_q/scripts
@@ -37,4 +38,5 @@ case "$c" in
         --out "$out/call3_cols.json" > "$out/call3_cols.txt" 2>&1
     timeout 100 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out "$out/call3_kernels_table.json" \
         > "$out/call3_kernels_table.txt" 2>&1 ;;
+4)  timeout 100 $py $here/amax_both_occupancy.py --rounds 5 > "$out/call4_amax_both.txt" 2>&1 ;;
 esac
