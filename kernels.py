@@ -1007,6 +1007,16 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _amax_options(nw: int, interpret: bool) -> tuple:
+    """Launch options of the RHT tensor-amax passes, persistent grids of _AMAX_PROGRAMS_PER_SM programs of
+    nw warps an SM: all of them must be resident (64K registers an SM), so registers are capped to fit
+    (else the last program of each SM runs as a second wave: tensor_amax_both took 67 registers a thread,
+    7 programs fit, 0.0624 ms against 0.0515 capped at 64, 8192^2 bf16, H200)."""
+    cap = 65536 // (_AMAX_PROGRAMS_PER_SM * nw * 32) // 8 * 8
+    return (("num_warps", nw), ("enable_fp_fusion", False)) + ((("maxnreg", cap),) if cap < 255 and not interpret
+                                                                else ())
+
+
 def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch.Tensor:
     """Launch the tensor-amax pass over x (non-empty) with RHT signs or None; returns the int32 [1]
     buffer holding the fp32 bits of the amax."""
@@ -1028,7 +1038,7 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         xk = _tile_input(x, colwise, interpret, words=True)
         args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
-        _launch(_amax_rht_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
+        _launch(_amax_rht_kernel, grid, interpret, _amax_options(nw, interpret),
                 (_amax_rht_kernel, grid, nw, args[3:], xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16), args)
     return amax
 
@@ -1082,12 +1092,10 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     programs = programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM * _num_sms(x.device.index or 0))
     R, C = x.shape
     grid = (min(_cdiv(R, tr) * _cdiv(C, tc), programs),)
-    # (columns as bf16 values: with words and signs applied at load it took 0.063 ms against 0.053 at
-    # 8192^2 on the H200; values again not timed yet)
     xw, xc = _tile_input(x, False, interpret), _tile_input(x, True, interpret)
     args = (xw, xc, rht_signs.to(torch.float32).contiguous(), amax, R, tr, tc, x.numel() >= 2**31,
             xc.dtype == torch.int16, row_rht, C, bool(sync and sync[0]))
-    _launch(_amax_both_kernel, grid, interpret, (("num_warps", nw), ("enable_fp_fusion", False)),
+    _launch(_amax_both_kernel, grid, interpret, _amax_options(nw, interpret),
             (_amax_both_kernel, grid, nw, args[4:], x.dtype) + tuple(t.data_ptr() % 16 for t in args[:3]), args)
     return amax.view(torch.float32)
 

@@ -988,6 +988,19 @@ for spec, dim, codes in cases:
     print("compiled", spec, "dim", dim, "codes" if codes else "dequant", "cvt8", k.asm["ptx"].count("e4m3x2.f32"),
           "xori", k.asm["ttir"].count("arith.xori"), flush=True)
 print("cases", len(cases))
+import os, re, subprocess, tempfile, triton
+names = kernels._amax_both_kernel.arg_names
+tr, tc, nw, sync = kernels._AMAX_TILES["both"]
+sig = dict(zip(names, ["*i32", "*bf16", "*fp32", "*i32", "i32"]), **{n: "constexpr" for n in names[5:]})
+ce = dict(zip(names[5:], (tr, tc, False, False, True, 4096, sync)))
+k = triton.compile(triton.compiler.ASTSource(kernels._amax_both_kernel, sig, ce), options=dict(
+    kernels._amax_options(nw, False)), target=triton.backends.compiler.GPUTarget("cuda", 90, 32))
+with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+    f.write(k.asm["cubin"])
+tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+use = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+print("amax_both warps", nw, "programs", kernels._AMAX_PROGRAMS_PER_SM, "regs", re.search(r"REG:(\d+)", use).group(1),
+      "local", re.search(r"LOCAL:(\d+)", use).group(1))
 '''
 
 
@@ -998,7 +1011,7 @@ def test_quantize_kernel_compiles_for_sm90():
     dead code for some spec). Nor does it compile their logic: the compiled RTNE kernels with RHT
     must xor the odd elements' sign bits in (rows: one xor a half group, columns: one an odd row), and
     the codes of a uniform grid rounded to nearest with fp32 scales must come from e4m3 casts (4 a
-    group), which no other kernel takes."""
+    group), which no other kernel takes. And tensor_amax_both's programs must all fit an SM at once."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = str(Path(__file__).resolve().parents[1])
     r = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, root], env=env, capture_output=True, text=True,
@@ -1010,3 +1023,7 @@ def test_quantize_kernel_compiles_for_sm90():
         assert (int(line.split("cvt8 ")[1].split()[0]) >= 4) == f8, line
         if "rht=True" in line and "'rtne'" in line:
             assert int(line.split("xori ")[1]) >= (8 if "dim 0" in line else 2), line
+    # tensor_amax_both's persistent grid: every program resident on an SM (64K registers), no spills
+    w = r.stdout.split("amax_both ")[1].split()
+    nw, programs, regs, local = int(w[1]), int(w[3]), int(w[5]), int(w[7])
+    assert programs * nw * 32 * -(-regs // 8) * 8 <= 65536 and local == 0, w
