@@ -8,6 +8,9 @@
 #       limit before the last recipe, ufp4-nv: no JSON)
 #   bash bench/results/h200_2026-12-02_q/commands.sh 3     -> call3_*
 #   bash bench/results/h200_2026-12-02_q/commands.sh 4     -> call4_*
+# Not run yet (the device time was spent): 5 times what 4500432 changed in a step (ufp4-nv reads X
+# and dY once for both amaxes) and the amax table:
+#   bash bench/results/h200_2026-12-02_q/commands.sh 5     -> call5_*
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/q}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_q/scripts
@@ -39,4 +42,8 @@ case "$c" in
     timeout 100 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out "$out/call3_kernels_table.json" \
         > "$out/call3_kernels_table.txt" 2>&1 ;;
 4)  timeout 100 $py $here/amax_both_occupancy.py --rounds 5 > "$out/call4_amax_both.txt" 2>&1 ;;
+5)  timeout 280 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call5_dense_blocks.json" \
+        > "$out/call5_dense_blocks.txt" 2>&1
+    timeout 120 $py bench/kernels_bench.py --workers 14 --amax-only --out "$out/call5_amax.json" \
+        > "$out/call5_amax.txt" 2>&1 ;;
 esac
