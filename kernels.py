@@ -243,7 +243,7 @@ def _from_words(w, s_odd=None):
 
 
 @triton.jit
-def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr, signs=None):
+def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr, signs=None, words=None):
     """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0), base and mask from _load_offsets.
     bf16 x comes as words of two elements, split by a shift and a mask (cheaper than the compiler's
     conversions, and exact in the interpreter): rowwise two of a group (_from_words), columnwise
@@ -251,7 +251,7 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
     signs: the RHT signs [1, 1, 8, 2] (±1): the odd elements come out times their signs (_rotate
     takes them so), their sign bits xor-ed in by the instruction that splits a bf16 word (the mask
     of the high half; the shift of the low half becomes a shift-add of the sign bit), or by one
-    instruction in place of the multiply."""
+    instruction in place of the multiply. words (rows): the tile's words as _load_words read them."""
     if COLWISE:
         sl = None
         sh = None
@@ -279,16 +279,23 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
         lo = _join8(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7])
         hi = _join8(xs[8], xs[9], xs[10], xs[11], xs[12], xs[13], xs[14], xs[15])
     else:
-        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
         s_lo = None
         s_hi = None
         if signs is not None:  # the odd signs' sign bits [1, 1, 4] of each half
             h0, h1 = tl.split(tl.reshape(signs.to(tl.int32, bitcast=True) & -2147483648, (1, 1, 4, 2, 2)))
             s_lo = tl.split(h0)[1]
             s_hi = tl.split(h1)[1]
-        lo = _from_words(tl.load(p, mask=mask[:, :, None], other=0), s_lo)
-        hi = _from_words(tl.load(p + 4, mask=mask[:, :, None], other=0), s_hi)
+        w_lo, w_hi = tl.split(_load_words(x_ptr, base, mask) if words is None else words)
+        lo = _from_words(w_lo, s_lo)
+        hi = _from_words(w_hi, s_hi)
     return tl.join(lo, hi)
+
+
+@triton.jit
+def _load_words(x_ptr, base, mask):
+    """A rowwise tile's words [BM, NG, 4, 2] as loaded (two elements a word; [.., h] elements 8h..8h+7)."""
+    p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
+    return tl.join(tl.load(p, mask=mask[:, :, None], other=0), tl.load(p + 4, mask=mask[:, :, None], other=0))
 
 
 @triton.jit
@@ -707,7 +714,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
                      OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
-                     X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0):
+                     X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0, LOOP: tl.constexpr = 1):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
@@ -717,127 +724,139 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA). EVEN: the tiles cover
     the view exactly (_tile_offsets)."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
-    pid_g = tl.program_id(1 if M_FIRST else 0)
-    pid_m = tl.program_id(0 if M_FIRST else 1)
     if COLWISE:
         M = COLS
-    m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
-    lbase, lmask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
-    if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
-        signs = _signs(signs_ptr)
-        x = _rotate(_load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs), signs)
-    else:
-        x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS)       # [BM, NG, 8, 2] fp32
-    xbits = x.to(tl.int32, bitcast=True)
-    a = _block_amax(x, BM, NG, QB, BLOCK_2D)                          # [BM, NG]
-    finite = a < float("inf")                                         # False for NaN
-    amax = tl.where(finite, a, 0.0)
-    if RHT:
-        amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
-    f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
-    # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
-    if RHT or SCALE != 2:  # (e4m3's f may be NaN: outside too)
-        if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
-            bad = _outside_fast_range(f, 0x71800000)
-        elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
-            bad = _outside_fast_range(f, 0x78000000)
-        elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
-            bad = _outside_fast_range(f, 0x7C800000)
+    signs = _signs(signs_ptr) if RHT else None
+    # LOOP tiles a program, along the grid's first axis; rowwise, each loop step first loads the next
+    # tile's words, so that the load is under way while this tile is computed
+    pid_a = tl.program_id(0) * LOOP
+    pid_b = tl.program_id(1)
+    if LOOP > 1:
+        _, _, mask, base = _tile_offsets(pid_b, pid_a, M, K, BM, NG, COLWISE, I64, EVEN)
+        xw = _load_words(x_ptr, base, mask)
+    for i in range(LOOP):
+        pid_g = pid_b if M_FIRST else pid_a + i
+        pid_m = pid_a + i if M_FIRST else pid_b
+        m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
+        lbase, lmask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
+        if LOOP > 1:  # (rows)
+            x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs, xw)
+            _, _, nmask, nbase = _tile_offsets(pid_m, pid_g + 1, M, K, BM, NG, COLWISE, I64, EVEN)
+            xw = _load_words(x_ptr, nbase, nmask & (i + 1 < LOOP))
         else:
-            bad = _outside_fast_range(f)
-        if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
-            bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
-        rare = tl.max(bad.to(tl.int32)) > 0
-    else:  # e8m0 without RHT: y = x * 2**-e is exact
-        rare = False
-    ff = f
-    if RHT:
-        ff = f * 4.0 if SCALE == 0 else f * 0.25
-    if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
-        ff = ff * (512.0 * STEP)
-    fe = ff[:, :, None, None]
-    if SCALE != 0:
-        y = x * fe
-    elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast, or rcp.rn with RHT (2-4% faster there, H200), IEEE
-        # division in the interpreter (FAST_DIV 1)
-        r1 = (libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff)) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
-        r = r1[:, :, None, None]
-        if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
-            rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
-            if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
-                y = tl.fma(tl.abs(x), (rs * SR_SCALE)[:, :, None, None], _SR_B)
+            x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs)  # [BM, NG, 8, 2] fp32
+        if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
+            x = _rotate(x, signs)
+        xbits = x.to(tl.int32, bitcast=True)
+        a = _block_amax(x, BM, NG, QB, BLOCK_2D)                          # [BM, NG]
+        finite = a < float("inf")                                         # False for NaN
+        amax = tl.where(finite, a, 0.0)
+        if RHT:
+            amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
+        f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
+        # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
+        if RHT or SCALE != 2:  # (e4m3's f may be NaN: outside too)
+            if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
+                bad = _outside_fast_range(f, 0x71800000)
+            elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
+                bad = _outside_fast_range(f, 0x78000000)
+            elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
+                bad = _outside_fast_range(f, 0x7C800000)
             else:
-                y = x * rs[:, :, None, None]
-        elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
-            y = _div_bf16(x, fe, r)
-        else:
-            y = _div_fast(x, fe, r)
-    else:
-        y = tl.math.div_rn(x, fe)
-    yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
-    if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
-        yy = tl.fma(yy, SR_SCALE, _SR_B)
-    if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
-        # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
-        # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
-        if RG != 0.0:  # the fast s = amax / g may be off here
-            f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
-        if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
-            # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
-            # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
-            k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
-            fk = f * k * 4.0 if RHT else f * k
-            rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
-            rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
-            xk = x * k[:, :, None, None]
-            if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
-                yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
-                yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
+                bad = _outside_fast_range(f)
+            if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
+                bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
+            rare = tl.max(bad.to(tl.int32)) > 0
+        else:  # e8m0 without RHT: y = x * 2**-e is exact
+            rare = False
+        ff = f
+        if RHT:
+            ff = f * 4.0 if SCALE == 0 else f * 0.25
+        if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
+            ff = ff * (512.0 * STEP)
+        fe = ff[:, :, None, None]
+        if SCALE != 0:
+            y = x * fe
+        elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast, or rcp.rn with RHT (2-4% faster there, H200), IEEE
+            # division in the interpreter (FAST_DIV 1)
+            r1 = (libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff)) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
+            r = r1[:, :, None, None]
+            if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
+                rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
+                if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
+                    y = tl.fma(tl.abs(x), (rs * SR_SCALE)[:, :, None, None], _SR_B)
+                else:
+                    y = x * rs[:, :, None, None]
+            elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
+                y = _div_bf16(x, fe, r)
             else:
-                yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
+                y = _div_fast(x, fe, r)
         else:
-            xr = x * 0.25 if RHT else x
-            fr = f[:, :, None, None]
-            yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
-            yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
-            yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-            if F8:
-                yy = yy * (0.001953125 / STEP)
-            if SR and UNIFORM:
-                yy = tl.fma(yy, SR_SCALE, _SR_B)
-    u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
-    if SR:
-        if SEED_PTR:
-            seed = tl.load(seed_ptr)
-        u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
-    if F8:  # (codes only)
-        words = _pack_f8(yy, xbits, finite, F8)
-    else:
-        # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
-        # 96, one program an SM fewer: 4% slower, H200)
-        idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE)
-        if WANT_CODES:
-            words = _pack_codes(idx, xbits, finite)                  # [BM, NG] int64: a group's bytes
+            y = tl.math.div_rn(x, fe)
+        yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
+        if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
+            yy = tl.fma(yy, SR_SCALE, _SR_B)
+        if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
+            # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
+            # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
+            if RG != 0.0:  # the fast s = amax / g may be off here
+                f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
+            if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
+                # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
+                # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
+                k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
+                fk = f * k * 4.0 if RHT else f * k
+                rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
+                rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
+                xk = x * k[:, :, None, None]
+                if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
+                    yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
+                    yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
+                else:
+                    yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
+            else:
+                xr = x * 0.25 if RHT else x
+                fr = f[:, :, None, None]
+                yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
+                yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
+                yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
+                if F8:
+                    yy = yy * (0.001953125 / STEP)
+                if SR and UNIFORM:
+                    yy = tl.fma(yy, SR_SCALE, _SR_B)
+        u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
+        if SR:
+            if SEED_PTR:
+                seed = tl.load(seed_ptr)
+            u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
+        if F8:  # (codes only)
+            words = _pack_f8(yy, xbits, finite, F8)
+        else:
+            # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
+            # 96, one program an SM fewer: 4% slower, H200)
+            idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE)
+            if WANT_CODES:
+                words = _pack_codes(idx, xbits, finite)                  # [BM, NG] int64: a group's bytes
 
-    if WANT_CODES:
-        tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
-        if BLOCK_2D:
-            sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
-            smask = mask & (m % 16 == 0)[:, None]
-        else:
-            sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
-            smask = mask & (g % (QB // 16) == 0)[None, :]
-        tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
-    if pid_m == 0 and pid_g == 0:
-        tl.store(tscale_ptr, t)
-    if WANT_DEQUANT:
-        qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | (xbits & -2147483648))  # ±level (-0.0 kept)
-        step = M
-        if OUT_STRIDE != 0:  # element e of x goes to out's row e // OUT_ROW (a group never spans rows)
-            base = base // OUT_ROW * OUT_STRIDE + base % OUT_ROW
-            step = OUT_STRIDE
-        _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, step, COLWISE, RHT,
-                       KEEP_ROTATED, OUT_MODE)
+        if WANT_CODES:
+            tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
+            if BLOCK_2D:
+                sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
+                smask = mask & (m % 16 == 0)[:, None]
+            else:
+                sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
+                smask = mask & (g % (QB // 16) == 0)[None, :]
+            tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
+        if pid_m == 0 and pid_g == 0:
+            tl.store(tscale_ptr, t)
+        if WANT_DEQUANT:
+            qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | (xbits & -2147483648))  # ±level (-0.0 kept)
+            step = M
+            if OUT_STRIDE != 0:  # element e of x goes to out's row e // OUT_ROW (a group never spans rows)
+                base = base // OUT_ROW * OUT_STRIDE + base % OUT_ROW
+                step = OUT_STRIDE
+            _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, step, COLWISE, RHT,
+                           KEEP_ROTATED, OUT_MODE)
 
 
 @triton.jit
@@ -951,18 +970,22 @@ def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m
 
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
           heavy: bool = False, e8m0: bool = False, sr: bool = False) -> tuple:
-    """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first) for one program.
-    Rowwise (not 2D) the view is one row of all groups (M = 1), so the warps' lanes run along memory."""
+    """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first, loop) for one program
+    of `loop` tiles (rowwise; 1 columnwise). Rowwise (not 2D) the view is one row of all groups (M = 1),
+    so the warps' lanes run along memory."""
     if tile is None:
         kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret)
         tile = (_TILES_INTERPRET if interpret else _TILES)[kind]
-    bm, ng, nw, *m_first = tile
+    bm, ng, nw, *rest = tile
+    m_first, loop = (tuple(rest) + (False, 1)[len(rest):])[:2]
     bm = bm if colwise or block_2d else 1
     if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16) or \
-            (colwise and bm < 2) or m_first not in ([], [False], [True]):
+            (colwise and bm < 2) or m_first not in (False, True) or len(rest) > 2 or \
+            not isinstance(loop, int) or loop < 1 or (colwise and loop > 1):
         raise ValueError(f"tile {tile}: BM and NG must be powers of two, NG >= 2 for 32-blocks, BM >= 16 "
-                         "for 16x16 tiles, BM >= 2 columnwise; a 4th entry (m_first) is True or False")
-    return bm, ng, nw, bool(m_first and m_first[0]) and colwise
+                         "for 16x16 tiles, BM >= 2 columnwise; a 4th entry (m_first) is True or False, a 5th "
+                         "(tiles a program) a positive int, 1 columnwise")
+    return bm, ng, nw, bool(m_first) and colwise, loop
 
 
 def _view_mk(numel: int, kq: int, colwise: bool, block_2d: bool) -> tuple:
@@ -1034,7 +1057,7 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         _launch(_amax_kernel, grid, interpret, (("num_warps", nw),),
                 (_amax_kernel, grid, nw, args[2:], x.dtype, x.data_ptr() % 16), args)
     else:
-        bm, ng, nw, _ = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
+        bm, ng, nw, _, _ = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         xk = _tile_input(x, colwise, interpret, words=True)
         args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
@@ -1244,8 +1267,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                          want_dequant)
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
-    bm, ng, nw, m_first = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
-                                scale_mode == "e8m0", sr)
+    bm, ng, nw, m_first, loop = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
+                                      scale_mode == "e8m0", sr)
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)
@@ -1263,11 +1286,11 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
-                  (K // 16) % ng == 0 and M % bm == 0,
+                  (K // 16) % (ng * loop) == 0 and M % bm == 0,
                   # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
                   (1 if interpret or not _f8_cast(arch) else 2) if uniform and not sr and scale_mode == "fp32"
-                  and want_codes and not want_dequant else 0)
-    grid = (_cdiv(K // 16, ng), _cdiv(M, bm))
+                  and want_codes and not want_dequant else 0, loop)
+    grid = (_cdiv(K // 16, ng * loop), _cdiv(M, bm))
     return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
@@ -1402,7 +1425,7 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
                          f"codes {shape}, scales {shape[:-1] + (K // block,)}; got scales {scales_shape}")
     uniform, step = _grid_params(levels)
     tile = tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"]
-    _, ng, nw, _ = _tile(False, interpret, block, False, tile)
+    _, ng, nw, _, _ = _tile(False, interpret, block, False, tile)
     N = math.prod(shape) * 2
     mul = step * 2.0**128 if uniform else 2.0**126  # see _dequantize_kernel
     constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], 21 if uniform else 22,

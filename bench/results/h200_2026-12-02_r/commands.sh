@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# What set r ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit in each
+# call's commit.txt:
+#   bash bench/results/h200_2026-12-02_r/commands.sh 1     -> call1_*
+set -u
+py=${PYTHON:-python3}; out=${OUT:-runs/r}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
+here=bench/results/h200_2026-12-02_r/scripts
+cat REV > "$out/commit.txt" 2>/dev/null || git rev-parse --short HEAD > "$out/commit.txt"
+c=${1:-1}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv > "$out/call${c}_smi.txt" 2>&1
+case "$c" in
+1)  timeout 280 $py $here/loop_ab.py --dim -1 --outputs codes \
+        --shapes "None None@80 (1,64,1,False,2) (1,64,1,False,2)@104 (1,64,1,False,4) (1,64,1,False,8) (1,32,1,False,4) (1,32,1,False,8) (1,32,1,False,16) (1,64,2,False,4) (1,128,2,False,4)" \
+        --alone-shapes "None (1,64,1,False,4) (1,32,1,False,4) (1,32,1,False,8)" \
+        --out "$out/call1_rows_codes.json" > "$out/call1_rows_codes.txt" 2>&1
+    timeout 150 $py $here/loop_ab.py --dim -1 --outputs dequant \
+        --shapes "None (1,64,1,False,4) (1,32,1,False,4) (1,32,1,False,8)" \
+        --alone-shapes "None (1,64,1,False,4) (1,32,1,False,4)" \
+        --out "$out/call1_rows_dequant.json" > "$out/call1_rows_dequant.txt" 2>&1 ;;
+esac
