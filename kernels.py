@@ -251,8 +251,11 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
     signs: the RHT signs [1, 1, 8, 2] (±1): the odd elements come out times their signs (_rotate
     takes them so), their sign bits xor-ed in by the instruction that splits a bf16 word (the mask
     of the high half; the shift of the low half becomes a shift-add of the sign bit), or by one
-    instruction in place of the multiply. words (rows): the tile's words as _load_words read them."""
+    instruction in place of the multiply. words: the tile's data as _load_words loaded it (else loaded here)."""
     if COLWISE:
+        r_lo, r_hi = tl.split(_load_words(x_ptr, base, mask, M, True) if words is None else words)
+        rl = _split8(r_lo)
+        rh = _split8(r_hi)
         sl = None
         sh = None
         if signs is not None:  # the sign bits [1, 1] of elements 0..7 and 8..15
@@ -264,15 +267,16 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
             sb = None
             if signs is not None and k % 2 == 1:  # an odd element: its sign bit
                 sb = sh[k - 8] if k >= 8 else sl[k]
+            r = rh[k - 8] if k >= 8 else rl[k]
             if x_ptr.dtype.element_ty == tl.int32:  # words of the groups m, m + 1 (_load_offsets)
-                w = tl.load(x_ptr + base + k * (M // 2), mask=mask, other=0)  # [BM // 2, NG]
+                w = r  # [BM // 2, NG]
                 if sb is not None:
                     v = tl.join(_bits_to_f32((w << 16) + sb), _bits_to_f32((w & -65536) ^ sb))
                 else:
                     v = tl.join(_bits_to_f32(w << 16), _bits_to_f32(w & -65536))
                 xk = tl.reshape(tl.permute(v, (0, 2, 1)), (2 * w.shape[0], w.shape[1]))
             else:
-                xk = _to_f32(tl.load(x_ptr + base + k * M, mask=mask, other=0), X_BITS)
+                xk = _to_f32(r, X_BITS)
                 if sb is not None:
                     xk = _bits_to_f32(xk.to(tl.int32, bitcast=True) ^ sb)
             xs = xs + (xk,)
@@ -285,17 +289,39 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
             h0, h1 = tl.split(tl.reshape(signs.to(tl.int32, bitcast=True) & -2147483648, (1, 1, 4, 2, 2)))
             s_lo = tl.split(h0)[1]
             s_hi = tl.split(h1)[1]
-        w_lo, w_hi = tl.split(_load_words(x_ptr, base, mask) if words is None else words)
+        w_lo, w_hi = tl.split(_load_words(x_ptr, base, mask, M, False) if words is None else words)
         lo = _from_words(w_lo, s_lo)
         hi = _from_words(w_hi, s_hi)
     return tl.join(lo, hi)
 
 
 @triton.jit
-def _load_words(x_ptr, base, mask):
-    """A rowwise tile's words [BM, NG, 4, 2] as loaded (two elements a word; [.., h] elements 8h..8h+7)."""
-    p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
-    return tl.join(tl.load(p, mask=mask[:, :, None], other=0), tl.load(p + 4, mask=mask[:, :, None], other=0))
+def _load_words(x_ptr, base, mask, M, COLWISE: tl.constexpr):
+    """A tile's data as loaded (_load_tile's base and mask): rowwise the words [BM, NG, 4, 2] (two elements
+    a word; [.., h] elements 8h..8h+7); columnwise the 16 rows k = j + 8h of the groups, [B, NG, 8, 2]
+    (B = BM // 2 words of two elements, or BM elements)."""
+    if COLWISE:
+        step = M // 2 if x_ptr.dtype.element_ty == tl.int32 else M
+        r = ()
+        for k in tl.static_range(16):
+            r = r + (tl.load(x_ptr + base + k * step, mask=mask, other=0),)
+        words = tl.join(_join8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]),
+                        _join8(r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]))
+    else:
+        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
+        words = tl.join(tl.load(p, mask=mask[:, :, None], other=0), tl.load(p + 4, mask=mask[:, :, None], other=0))
+    return words
+
+
+@triton.jit
+def _tile_words(x_ptr, pid_a, pid_b, M, K, valid, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
+                I64: tl.constexpr, EVEN: tl.constexpr, M_FIRST: tl.constexpr):
+    """_load_words of the tile pid_a along the grid's first axis, pid_b along its second; none if not valid."""
+    pid_m = pid_a if M_FIRST else pid_b
+    pid_g = pid_b if M_FIRST else pid_a
+    _, _, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
+    base, mask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
+    return _load_words(x_ptr, base, mask & valid, M, COLWISE)
 
 
 @triton.jit
@@ -722,28 +748,27 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     OUT_STRIDE, a slice of a wider tensor (fake_quantize_joined). M_FIRST: the grid's first axis runs
     along m (programs launched one after another read the same rows of a column-wise x), else along g.
     X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA). EVEN: the tiles cover
-    the view exactly (_tile_offsets)."""
+    the view exactly (_tile_offsets). LOOP: tiles a program, one after another along the grid's first
+    axis, each loading the next one's data before its own arithmetic."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
     if COLWISE:
         M = COLS
     signs = _signs(signs_ptr) if RHT else None
-    # LOOP tiles a program, along the grid's first axis; rowwise, each loop step first loads the next
-    # tile's words, so that the load is under way while this tile is computed
+    # LOOP tiles a program, along the grid's first axis: each loop step first loads the next tile, so
+    # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
     if LOOP > 1:
-        _, _, mask, base = _tile_offsets(pid_b, pid_a, M, K, BM, NG, COLWISE, I64, EVEN)
-        xw = _load_words(x_ptr, base, mask)
+        xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
     for i in range(LOOP):
         pid_g = pid_b if M_FIRST else pid_a + i
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
-        lbase, lmask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
-        if LOOP > 1:  # (rows)
-            x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs, xw)
-            _, _, nmask, nbase = _tile_offsets(pid_m, pid_g + 1, M, K, BM, NG, COLWISE, I64, EVEN)
-            xw = _load_words(x_ptr, nbase, nmask & (i + 1 < LOOP))
+        if LOOP > 1:
+            x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw)
+            xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         else:
+            lbase, lmask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
             x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs)  # [BM, NG, 8, 2] fp32
         if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
             x = _rotate(x, signs)
@@ -971,7 +996,7 @@ def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
           heavy: bool = False, e8m0: bool = False, sr: bool = False) -> tuple:
     """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first, loop) for one program
-    of `loop` tiles (rowwise; 1 columnwise). Rowwise (not 2D) the view is one row of all groups (M = 1),
+    of `loop` tiles along the grid's first axis. Rowwise (not 2D) the view is one row of all groups (M = 1),
     so the warps' lanes run along memory."""
     if tile is None:
         kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret)
@@ -981,10 +1006,10 @@ def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, code
     bm = bm if colwise or block_2d else 1
     if bm & (bm - 1) or ng & (ng - 1) or (block == 32 and ng < 2) or (block_2d and bm < 16) or \
             (colwise and bm < 2) or m_first not in (False, True) or len(rest) > 2 or \
-            not isinstance(loop, int) or loop < 1 or (colwise and loop > 1):
+            not isinstance(loop, int) or loop < 1:
         raise ValueError(f"tile {tile}: BM and NG must be powers of two, NG >= 2 for 32-blocks, BM >= 16 "
                          "for 16x16 tiles, BM >= 2 columnwise; a 4th entry (m_first) is True or False, a 5th "
-                         "(tiles a program) a positive int, 1 columnwise")
+                         "(tiles a program) a positive int")
     return bm, ng, nw, bool(m_first) and colwise, loop
 
 
@@ -1273,6 +1298,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     M, K = _view_mk(numel, kq, colwise, block_2d)
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)
     lead = (shape[1],) if colwise else tuple(shape[:-1])
+    grid = (_cdiv(M, bm), _cdiv(K // 16, ng)) if m_first else (_cdiv(K // 16, ng), _cdiv(M, bm))
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     # columns with RHT as words where the kernel writes codes or draws SR (timed on the H200, 8192^2:
     # codes outputs 4-9% faster, SR's dequant output 4%); a dequantized output rounded to nearest reads
@@ -1286,12 +1312,11 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   (1 if interpret else 2) if fast else 0, want_codes, want_dequant, out_mode, x_bits,
                   PHILOX_ROUNDS, M if colwise else 0, _recip_f32(g_max) if fast and scale_mode != "e8m0" else 0.0,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
-                  (K // 16) % (ng * loop) == 0 and M % bm == 0,
+                  (K // 16) % ng == 0 and M % bm == 0 and grid[0] % loop == 0,
                   # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
                   (1 if interpret or not _f8_cast(arch) else 2) if uniform and not sr and scale_mode == "fp32"
                   and want_codes and not want_dequant else 0, loop)
-    grid = (_cdiv(K // 16, ng * loop), _cdiv(M, bm))
-    return _Plan(colwise, M, K, grid[::-1] if m_first else grid, lead + (kq // 2,),
+    return _Plan(colwise, M, K, (_cdiv(grid[0], loop), grid[1]), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 

@@ -2,6 +2,7 @@
 # What set r ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit in each
 # call's commit.txt:
 #   bash bench/results/h200_2026-12-02_r/commands.sh 1     -> call1_*
+#   bash bench/results/h200_2026-12-02_r/commands.sh 2     -> call2_*
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/r}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_r/scripts
@@ -17,4 +18,20 @@ case "$c" in
         --shapes "None (1,64,1,False,4) (1,32,1,False,4) (1,32,1,False,8)" \
         --alone-shapes "None (1,64,1,False,4) (1,32,1,False,4)" \
         --out "$out/call1_rows_dequant.json" > "$out/call1_rows_dequant.txt" 2>&1 ;;
+2)  timeout 110 $py $here/loop_ab.py --dim 0 --outputs dequant \
+        --shapes "None (128,2,4,True,2) (64,2,4,True,2) (64,2,4,True,4) (64,2,4,True,8) (64,2,2,True,4) (32,2,1,True,4)" \
+        --alone-shapes "None (64,2,4,True,4) (128,2,4,True,2)" \
+        --out "$out/call2_cols_dequant.json" > "$out/call2_cols_dequant.txt" 2>&1
+    timeout 110 $py $here/loop_ab.py --dim 0 --outputs codes \
+        --shapes "None (64,4,4,False,2) (64,4,4,True,2) (32,4,2,False,4) (64,2,2,True,4) (32,2,1,True,4) (64,2,4,True,4)" \
+        --alone-shapes "None (64,4,4,False,2) (64,2,4,True,4)" \
+        --out "$out/call2_cols_codes.json" > "$out/call2_cols_codes.txt" 2>&1
+    timeout 90 $py $here/loop_ab.py --dim -1 --outputs codes \
+        --shapes "None (1,64,1,False,2) (1,64,1,False,3) (1,32,1,False,2) (1,32,2,False,4)" \
+        --alone-shapes "None (1,32,1,False,4) (1,32,1,False,2) (1,64,1,False,2)" \
+        --out "$out/call2_rows_codes.json" > "$out/call2_rows_codes.txt" 2>&1
+    timeout 90 $py $here/loop_ab.py --dim -1 --outputs dequant \
+        --shapes "None (1,32,1,False,4) (1,32,1,False,2) (1,32,2,False,4) (1,64,2,False,2)" \
+        --alone-shapes "None (1,32,1,False,4) (1,32,1,False,2) (1,32,2,False,4)" \
+        --out "$out/call2_rows_dequant.json" > "$out/call2_rows_dequant.txt" 2>&1 ;;
 esac
