@@ -39,7 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
 BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
-ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 128, 4), (1, 256, 4)]  # (BM, NG, num_warps)
+ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 256, 4),  # (BM, NG, num_warps[, m_first, tiles a program])
+             (1, 64, 1, False, 2), (1, 32, 1, False, 4), (1, 32, 1, False, 2)]
 COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (16, 4, 1), (32, 4, 2),  # 1 warp: no barriers
              (64, 4, 4, True), (128, 2, 4, True), (64, 8, 4, True)]  # True: the grid's first axis along m
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds

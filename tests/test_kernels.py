@@ -546,6 +546,33 @@ def test_bf16_columns_read_as_words(scale, monkeypatch):
             assert_same_bits(got, rht.rht(x.float(), SIGNS, 0).abs().amax(), what + " tensor amax")
 
 
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_programs_of_several_tiles(dim):
+    """Programs of several tiles (a tile's 5th entry; each loads the next tile before computing its own):
+    the reference's bits, rows and columns, codes and dequant, RHT, e8m0 32-blocks, e4m3 and SR (the
+    same draws as programs of one tile), on shapes whose tiles do not fill the last program; bf16
+    columns read as words and as values, fp32 too."""
+    cases = [(quant.QuantSpec("e2m1", 16, "fp32", rht=True), torch.bfloat16, (48, 38)),
+             (quant.QuantSpec("e2m1", 32, "e8m0", rht=True), torch.bfloat16, (64, 22)),
+             (quant.QuantSpec("e1m2", 16, "e4m3"), torch.float32, (32, 21)),
+             (quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True), torch.bfloat16, (32, 38))]
+    tiles = [(1, 2, 1, False, 3), (1, 4, 1, False, 2)] if dim == -1 else [(8, 2, 1, True, 3), (4, 2, 1, False, 2)]
+    for i, (spec, dtype, shape) in enumerate(cases):
+        x = make_x(shape if dim == 0 else shape[::-1], dtype, seed=90 + i)
+        sr = spec.rounding == "sr"
+        ref = None if sr else quant.quantize(x, spec, dim, signs=SIGNS)
+        for tile in tiles:
+            what = f"{spec} dim={dim} {dtype} tile {tile}"
+            for codes in (True, False):
+                kw = kernel_args(spec, dim, keep_rotated=True, want_codes=codes, want_dequant=not codes, seed=5)
+                got = kernels.quantize(x.to(DEV), tile=tile, **kw)
+                want = kernels.quantize(x.to(DEV), tile=tile[:4] + (1,), **kw) if sr else \
+                    (ref.codes, ref.scales, ref.tensor_scale, ref.dequantize(keep_rotated=True))
+                for j, part in enumerate(("codes", "scales", "tensor scale", "dequant")):
+                    if got[j] is not None and (codes or j > 1):
+                        assert_same_bits(got[j], want[j], f"{what} {part}")
+
+
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 def test_e1m2_equals_int4_and_fake_quantize_equals_quantize(scale):
     x = make_x((5, 64), torch.bfloat16, seed=9)
@@ -583,6 +610,7 @@ def test_bad_inputs_give_clear_errors():
         (dict(x=x, out_dtype=torch.float16), "out_dtype"),
         (dict(x=x, tile=(4, 3, 1)), "powers of two"),
         (dict(x=x.t().contiguous(), dim=0, tile=(16, 4, 1, "yes")), "m_first"),
+        (dict(x=x, tile=(1, 4, 1, False, 0)), "tiles a program"),
     ] + [(dict(x=x, rht_signs=SIGNS * 0.5), "must be ±1")] * (DEV == "cpu")  # (checked where it costs no sync)
     for kw, message in cases:
         kw.setdefault("levels", e2m1)

@@ -3,6 +3,7 @@
 # call's commit.txt:
 #   bash bench/results/h200_2026-12-02_r/commands.sh 1     -> call1_*
 #   bash bench/results/h200_2026-12-02_r/commands.sh 2     -> call2_*
+#   bash bench/results/h200_2026-12-02_r/commands.sh 3     -> call3_*   (rows at the tiles chosen from calls 1-2)
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/r}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_r/scripts
@@ -18,7 +19,9 @@ case "$c" in
         --shapes "None (1,64,1,False,4) (1,32,1,False,4) (1,32,1,False,8)" \
         --alone-shapes "None (1,64,1,False,4) (1,32,1,False,4)" \
         --out "$out/call1_rows_dequant.json" > "$out/call1_rows_dequant.txt" 2>&1 ;;
-2)  timeout 110 $py $here/loop_ab.py --dim 0 --outputs dequant \
+2)  # (cut by their limits while compiling: the warm-up compiled at width 256, and the columnwise kernels are
+    # specialized on the width; loop_ab.py now warms up at the timed width)
+    timeout 110 $py $here/loop_ab.py --dim 0 --outputs dequant \
         --shapes "None (128,2,4,True,2) (64,2,4,True,2) (64,2,4,True,4) (64,2,4,True,8) (64,2,2,True,4) (32,2,1,True,4)" \
         --alone-shapes "None (64,2,4,True,4) (128,2,4,True,2)" \
         --out "$out/call2_cols_dequant.json" > "$out/call2_cols_dequant.txt" 2>&1
@@ -34,4 +37,14 @@ case "$c" in
         --shapes "None (1,32,1,False,4) (1,32,1,False,2) (1,32,2,False,4) (1,64,2,False,2)" \
         --alone-shapes "None (1,32,1,False,4) (1,32,1,False,2) (1,32,2,False,4)" \
         --out "$out/call2_rows_dequant.json" > "$out/call2_rows_dequant.txt" 2>&1 ;;
+3)  timeout 150 $py $here/loop_ab.py --dim 0 --outputs dequant \
+        --shapes "None (128,2,4,True,2) (64,2,4,True,4) (64,2,2,True,4) (32,2,1,True,4)" \
+        --alone-shapes "None (64,2,4,True,4)" \
+        --out "$out/call3_cols_dequant.json" > "$out/call3_cols_dequant.txt" 2>&1
+    timeout 150 $py $here/loop_ab.py --dim 0 --outputs codes \
+        --shapes "None (64,4,4,False,2) (32,4,2,False,4) (64,2,2,True,4) (64,2,4,True,4)" \
+        --alone-shapes "None (64,4,4,False,2)" \
+        --out "$out/call3_cols_codes.json" > "$out/call3_cols_codes.txt" 2>&1
+    timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call3_kernels_checked.json" \
+        > "$out/call3_kernels_checked.txt" 2>&1 ;;
 esac

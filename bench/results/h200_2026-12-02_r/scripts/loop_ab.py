@@ -56,9 +56,10 @@ def same(a, b):
 
 
 def warm(args):
-    case, dev = args
+    """Compile a case on a tensor of the timed width (columnwise kernels are specialized on it)."""
+    case, dev, size = args
     setup(dev == "cpu")
-    call(case, kb.make_x(256, 256, 3, dev), kb.rht.random_signs(0).to(dev))()
+    call(case, kb.make_x(256, size, 3, dev), kb.rht.random_signs(0).to(dev))()
     return 0
 
 
@@ -86,7 +87,7 @@ def main():
             cases += [(name, args.dim, output, "fused_rht", s) for s in args.shapes.split()]
     if dev == "cuda":
         with mp.get_context("spawn").Pool(args.workers) as pool:
-            pool.map(warm, [(c, dev) for c in cases])
+            pool.map(warm, [(c, dev, args.size) for c in cases])
     print(f"{len(cases)} cases compiled after {time.time() - t0:.0f} s", flush=True)
     signs = kb.rht.random_signs(0).to(dev)
     x = kb.make_x(args.size, args.size, 4, dev)
