@@ -42,7 +42,8 @@ BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False,
 ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 256, 4),  # (BM, NG, num_warps[, m_first, tiles a program])
              (1, 64, 1, False, 2), (1, 32, 1, False, 4), (1, 32, 1, False, 2)]
 COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (16, 4, 1), (32, 4, 2),  # 1 warp: no barriers
-             (64, 4, 4, True), (128, 2, 4, True), (64, 8, 4, True)]  # True: the grid's first axis along m
+             (64, 4, 4, True), (128, 2, 4, True), (64, 8, 4, True),  # True: the grid's first axis along m
+             (64, 2, 2, True, 4), (128, 2, 4, True, 2), (32, 4, 2, False, 4)]  # 5th: tiles a program
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
 AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
               "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)

@@ -4,6 +4,7 @@
 #   bash bench/results/h200_2026-12-02_r/commands.sh 1     -> call1_*
 #   bash bench/results/h200_2026-12-02_r/commands.sh 2     -> call2_*
 #   bash bench/results/h200_2026-12-02_r/commands.sh 3     -> call3_*   (rows at the tiles chosen from calls 1-2)
+#   bash bench/results/h200_2026-12-02_r/commands.sh 4     -> call4_*   (columns' col_heavy from call 3 too)
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/r}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_r/scripts
@@ -47,4 +48,8 @@ case "$c" in
         --out "$out/call3_cols_codes.json" > "$out/call3_cols_codes.txt" 2>&1
     timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call3_kernels_checked.json" \
         > "$out/call3_kernels_checked.txt" 2>&1 ;;
+4)  timeout 300 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call4_dense_blocks.json" \
+        > "$out/call4_dense_blocks.txt" 2>&1
+    timeout 150 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out "$out/call4_kernels_table.json" \
+        > "$out/call4_kernels_table.txt" 2>&1 ;;
 esac
