@@ -924,16 +924,18 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps[, m_first[, tiles a program]]) per kind, from H200 sweeps (bench/kernels_bench.py);
 # "_codes": no dequantized output; "_heavy": with RHT or SR, the kernels that need the most registers;
-# "_e8m0": column codes with e8m0 scales (any rounding, RHT or not); "_sr": stochastic rounding (rows with a
+# "_e8m0": columns with e8m0 scales (any rounding, RHT or not); "_sr": stochastic rounding (rows with a
 # dequantized output); m_first (columns): the grid's first axis along m. Rows, measured side by side
 # against programs of one tile (1, 64, 1|2), 8192^2 bf16, H200: (1, 32, 1) x 4 tiles a program takes
 # 0.94-0.98x the time for RHT and SR dequant outputs, 0.90-0.99x for codes without RHT or SR; codes
 # with RHT take 0.93-1.00x at (1, 64, 1) x 2 (x 4 took 128 registers a thread: up to 1.15x). Columns:
 # dequant outputs with RHT or SR take 0.92-0.98x at (64, 2, 2, m_first) x 4 against (128, 2, 4, m_first),
-# but MXFP4's 1.03x; codes outputs none faster but NVFP4's (0.95x at (32, 4, 2) x 4)
+# but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but NVFP4's (0.95x at
+# (32, 4, 2) x 4)
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
           "row_codes": (1, 32, 1, False, 4), "row_codes_heavy": (1, 64, 1, False, 2),
-          "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_codes": (64, 8, 4),
+          "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
+          "col_codes": (64, 8, 4),
           "col_codes_heavy": (64, 4, 4), "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4),
           "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1, True), "row_codes": (1, 64, 1),

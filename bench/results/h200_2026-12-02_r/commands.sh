@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What set r ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit in each
-# call's commit.txt:
+# What set r ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit NOTES.md
+# gives for each call (commit.txt holds the last call's):
 #   bash bench/results/h200_2026-12-02_r/commands.sh 1     -> call1_*
 #   bash bench/results/h200_2026-12-02_r/commands.sh 2     -> call2_*
 #   bash bench/results/h200_2026-12-02_r/commands.sh 3     -> call3_*   (rows at the tiles chosen from calls 1-2)
