@@ -5,6 +5,7 @@
 #   bash bench/results/h200_2026-12-02_r/commands.sh 2     -> call2_*
 #   bash bench/results/h200_2026-12-02_r/commands.sh 3     -> call3_*   (rows at the tiles chosen from calls 1-2)
 #   bash bench/results/h200_2026-12-02_r/commands.sh 4     -> call4_*   (columns' col_heavy from call 3 too)
+#   bash bench/results/h200_2026-12-02_r/commands.sh 5     -> call5_*   (MXFP4's column dequant back on col_e8m0)
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/r}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_r/scripts
@@ -52,4 +53,7 @@ case "$c" in
         > "$out/call4_dense_blocks.txt" 2>&1
     timeout 150 $py bench/kernels_bench.py --workers 14 --no-sweep --skip-check --out "$out/call4_kernels_table.json" \
         > "$out/call4_kernels_table.txt" 2>&1 ;;
+5)  timeout 100 $py $here/loop_ab.py --dim 0 --outputs dequant --specs MXFP4,E2M1,UFP4 --rounds 5 \
+        --shapes "None (64,2,2,True,4) (128,2,4,True)" --out "$out/call5_cols_dequant.json" \
+        > "$out/call5_cols_dequant.txt" 2>&1 ;;
 esac
