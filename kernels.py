@@ -1088,7 +1088,9 @@ def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch
         _launch(_amax_kernel, grid, interpret, (("num_warps", nw),),
                 (_amax_kernel, grid, nw, args[2:], x.dtype, x.data_ptr() % 16), args)
     else:
-        bm, ng, nw, _, _ = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
+        bm, ng, nw, _, loop = _tile(colwise, interpret, 16, False, tile or tiles["col" if colwise else "row"])
+        if loop != 1:
+            raise ValueError(f"amax tile {tile}: the tensor-amax pass is a persistent grid; give no tiles a program")
         grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
         xk = _tile_input(x, colwise, interpret, words=True)
         args = (xk, signs, amax, M, K, bm, ng, colwise, i64, xk.dtype == torch.int16, M if colwise else 0)
@@ -1456,7 +1458,9 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
                          f"codes {shape}, scales {shape[:-1] + (K // block,)}; got scales {scales_shape}")
     uniform, step = _grid_params(levels)
     tile = tile or (_TILES_INTERPRET if interpret else _TILES)["dequantize"]
-    _, ng, nw, _, _ = _tile(False, interpret, block, False, tile)
+    _, ng, nw, _, loop = _tile(False, interpret, block, False, tile)
+    if loop != 1:
+        raise ValueError(f"dequantize tile {tile}: a program dequantizes one tile; give no tiles a program")
     N = math.prod(shape) * 2
     mul = step * 2.0**128 if uniform else 2.0**126  # see _dequantize_kernel
     constexprs = (ng, block, N >= 2**31, rht, keep_rotated, SCALE_MODES[scale_mode], 21 if uniform else 22,

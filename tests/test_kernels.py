@@ -611,11 +611,16 @@ def test_bad_inputs_give_clear_errors():
         (dict(x=x, tile=(4, 3, 1)), "powers of two"),
         (dict(x=x.t().contiguous(), dim=0, tile=(16, 4, 1, "yes")), "m_first"),
         (dict(x=x, tile=(1, 4, 1, False, 0)), "tiles a program"),
+        (dict(x=x, tile=(1, 4, 1, False, 1.5)), "tiles a program"),
     ] + [(dict(x=x, rht_signs=SIGNS * 0.5), "must be ±1")] * (DEV == "cpu")  # (checked where it costs no sync)
     for kw, message in cases:
         kw.setdefault("levels", e2m1)
         with pytest.raises(ValueError, match=message):
             kernels.quantize(kw.pop("x"), **kw)
+    with pytest.raises(ValueError, match="one tile"):
+        kernels.dequantize(*kernels.quantize(x, levels=e2m1)[:3], levels=e2m1, tile=(1, 4, 1, False, 2))
+    with pytest.raises(ValueError, match="persistent"):
+        kernels.tensor_amax(x, rht_signs=SIGNS.to(DEV), tile=(1, 4, 1, False, 2))
 
 
 @pytest.mark.parametrize("name", ["ufp4", "e2m1", "nvfp4", "mxfp4", "ufp4-nv"])
