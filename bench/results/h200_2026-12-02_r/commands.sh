@@ -6,6 +6,10 @@
 #   bash bench/results/h200_2026-12-02_r/commands.sh 3     -> call3_*   (rows at the tiles chosen from calls 1-2)
 #   bash bench/results/h200_2026-12-02_r/commands.sh 4     -> call4_*   (columns' col_heavy from call 3 too)
 #   bash bench/results/h200_2026-12-02_r/commands.sh 5     -> call5_*   (MXFP4's column dequant back on col_e8m0)
+# Not run yet: 6, more column dequant tiles, and the column dequant kernels of f7f8888 against today's at
+# the same tile (the kernels of f7f8888 saved first, at the repo root:
+#   git show f7f8888:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_f7f8888.py)
+#   bash bench/results/h200_2026-12-02_r/commands.sh 6     -> call6_*
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/r}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_r/scripts
@@ -56,4 +60,10 @@ case "$c" in
 5)  timeout 100 $py $here/loop_ab.py --dim 0 --outputs dequant --specs MXFP4,E2M1,UFP4 --rounds 5 \
         --shapes "None (64,2,2,True,4) (128,2,4,True)" --out "$out/call5_cols_dequant.json" \
         > "$out/call5_cols_dequant.txt" 2>&1 ;;
+6)  timeout 200 $py $here/loop_ab.py --dim 0 --outputs dequant --specs E2M1,UFP4,NVFP4 --rounds 5 \
+        --shapes "None (64,2,2,True,2) (64,2,2,True,8) (32,2,2,True,4) (64,2,1,True,4) (128,2,4,True)" \
+        --out "$out/call6_cols_dequant.json" > "$out/call6_cols_dequant.txt" 2>&1
+    timeout 150 $py bench/results/h200_2026-12-02_q/scripts/tiles_ab.py --dim 0 --outputs dequant --rounds 5 \
+        --tiles "(128,2,4,True) None" --old kernels_f7f8888.py \
+        --out "$out/call6_old_tile.json" > "$out/call6_old_tile.txt" 2>&1 ;;
 esac
