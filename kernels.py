@@ -758,18 +758,14 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
-    if LOOP > 1:
-        xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+    xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
     for i in range(LOOP):
         pid_g = pid_b if M_FIRST else pid_a + i
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
+        x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw)  # [BM, NG, 8, 2] fp32
         if LOOP > 1:
-            x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw)
             xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
-        else:
-            lbase, lmask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
-            x = _load_tile(x_ptr, lbase, lmask, M, COLWISE, X_BITS, signs)  # [BM, NG, 8, 2] fp32
         if RHT:  # 4x the rotated tensor: its 0.25 is applied to the block amax and to f (below)
             x = _rotate(x, signs)
         xbits = x.to(tl.int32, bitcast=True)
