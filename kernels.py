@@ -29,8 +29,7 @@ viewed as one long row (M = 1) and a warp's lanes take consecutive groups, each 
 halves of words holding two elements (bf16: int32, fp32: int64; _from_words splits a word with a shift
 and a mask, cheaper than the compiler's conversions); columnwise, a group is 16 row vectors, each
 contiguous along C (rotated bf16 read as words of two neighbouring groups' elements, split the same
-way, where a kernel writes codes or draws SR; _plan), and only the codes are transposed (in
-registers) before they are stored.
+way; _plan), and only the codes are transposed (in registers) before they are stored.
 
 Exactness. Every step is the reference's fp32 operation in the same order: IEEE division (tl.math.div_rn;
 plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a multiplication by the
@@ -1304,10 +1303,10 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     lead = (shape[1],) if colwise else tuple(shape[:-1])
     grid = (_cdiv(M, bm), _cdiv(K // 16, ng)) if m_first else (_cdiv(K // 16, ng), _cdiv(M, bm))
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
-    # columns with RHT as words where the kernel writes codes or draws SR (timed on the H200, 8192^2:
-    # codes outputs 4-9% faster, SR's dequant output 4%); a dequantized output rounded to nearest reads
-    # bf16 values (1-3% faster than words), as do kernels without RHT (words took more registers)
-    words = _col_words(colwise, dtype, M, rht and (sr or not want_dequant))
+    # columns with RHT as words (timed on the H200, 8192^2: codes outputs 4-9% faster, SR's dequant output
+    # 4%, the dequant outputs rounded to nearest 0.7-1.7% at their tiles of today); kernels without RHT
+    # read bf16 values (words took more registers)
+    words = _col_words(colwise, dtype, M, rht)
     x_bits = interpret and dtype == torch.bfloat16 and colwise and not words
     fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
     i64 = max(numel, (numel // shape[-1] if shape[-1] else 0) * out_stride) >= 2**31  # out's offsets too

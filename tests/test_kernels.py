@@ -507,21 +507,20 @@ def test_rows_off_a_word_boundary(dtype):
 def test_bf16_columns_read_as_words(scale, monkeypatch):
     """Columns of bf16 x with an even row length are read with RHT as words holding the same element
     of two neighbouring groups (m, m + 1), the odd elements' signs applied as the words are split,
-    for codes outputs and SR (a dequantized output rounded to nearest, and x without RHT, as bf16
-    values): the reference's codes, scales and dequant (kept rotated and rotated back) on whole and
-    partial tiles; SR's dequant read as words equals it read as values; the rotated tensor amax
-    pass reads words alike."""
+    for every output and rounding (x without RHT as bf16 values): the reference's codes, scales and
+    dequant (kept rotated and rotated back) on whole and partial tiles; SR's and RTNE's outputs read
+    as words equal them read as values; the rotated tensor amax pass reads words alike."""
     cases = [(16, True, (32, 40)), (16, False, (48, 18)), (32, True, (64, 34)), (32, False, (32, 2)),
              (16, True, (16, 130))]
     for i, (block, use_rht, shape) in enumerate(cases):
         spec = quant.QuantSpec(("e2m1", "e1m2")[i % 2], block, scale, rht=use_rht)
         x = make_x(shape, torch.bfloat16, seed=50 + i)
         what = f"{spec} {shape}"
-        for sr, want_codes, want_dequant, words in ((False, True, False, use_rht), (True, True, True, use_rht),
-                                                     (False, True, True, False), (False, False, True, False)):
+        for sr, want_codes, want_dequant in ((False, True, False), (True, True, True), (False, True, True),
+                                             (False, False, True)):
             plan = kernels._plan(shape, x.dtype, True, spec.levels, block, scale, sr, use_rht, False, 0,
                                  torch.bfloat16, True, want_codes, want_dequant, None, True)
-            assert plan.words == words, (what, sr, want_codes, want_dequant)
+            assert plan.words == use_rht, (what, sr, want_codes, want_dequant)
         ref = quant.quantize(x, spec, 0, signs=SIGNS)
         codes, scales, t, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, 0, want_dequant=False))
         assert_same_bits(codes, ref.codes, what + " codes")
@@ -531,16 +530,16 @@ def test_bf16_columns_read_as_words(scale, monkeypatch):
         assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
         dq = kernels.fake_quantize(x.to(DEV), **kernel_args(spec, 0, out_dtype=torch.float32))
         assert_same_bits(dq, ref.dequantize(torch.float32), what + " dequant rotated back")
-        if use_rht:
-            sr = dict(kernel_args(spec, 0, keep_rotated=True), sr=True, seed=7)
-            words = kernels.quantize(x.to(DEV), **sr)
+        for rounding in ("SR", "RTNE") if use_rht else ():
+            kw = dict(kernel_args(spec, 0, keep_rotated=True), sr=rounding == "SR", seed=7)
+            words = kernels.quantize(x.to(DEV), **kw)
             with monkeypatch.context() as m:  # (the launch plans are cached: cleared on either side)
                 m.setattr(kernels, "_col_words", lambda *a: False)
                 kernels._plan.cache_clear()
-                values = kernels.quantize(x.to(DEV), **sr)
+                values = kernels.quantize(x.to(DEV), **kw)
             kernels._plan.cache_clear()
             for j, part in enumerate(("codes", "scales", "tensor scale", "dequant")):
-                assert_same_bits(words[j], values[j], f"{what} SR {part}, words vs values")
+                assert_same_bits(words[j], values[j], f"{what} {rounding} {part}, words vs values")
         if use_rht and scale == "e4m3":  # (tensor_amax_both: test_tensor_amax_both_and_quantize_given_it)
             got = kernels.tensor_amax(x.to(DEV), rht_signs=SIGNS.to(DEV), dim=0)
             assert_same_bits(got, rht.rht(x.float(), SIGNS, 0).abs().amax(), what + " tensor amax")
