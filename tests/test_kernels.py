@@ -113,11 +113,12 @@ def test_bit_identical_to_reference(grid, max_level, scale):
 def test_nonfinite_blocks_dequantize_to_nan(scale, use_rht):
     x = make_x((4, 64), torch.float32, seed=3)
     x[0, 35], x[1, 3], x[2, 60], x[3, 16:32] = float("nan"), float("inf"), -float("inf"), float("nan")
+    x[1, 20], x[1, 29] = float("inf"), -float("inf")  # rotated: Inf - Inf (NaN) and ±Inf in one group
     spec = quant.QuantSpec("e2m1", 16, scale, rht=use_rht)
     ref = quant.quantize(x, spec, signs=SIGNS)
     codes, scales, t, dq = kernels.quantize(x.to(DEV), **kernel_args(spec, -1, out_dtype=torch.float32))
     bad = torch.zeros(4, 4, dtype=torch.bool)
-    bad[0, 2] = bad[1, 0] = bad[2, 3] = bad[3, 1] = True
+    bad[0, 2] = bad[1, 0] = bad[1, 1] = bad[2, 3] = bad[3, 1] = True
     assert torch.equal(torch.isnan(dq.cpu()).unflatten(1, (4, 16)).all(-1), bad)
     assert torch.equal(torch.isnan(dq.cpu()).unflatten(1, (4, 16)).any(-1), bad)
     assert_same_bits(dq, ref.dequantize(torch.float32), "dequant")

@@ -6,7 +6,7 @@
 #   bash bench/results/h200_2026-12-02_r/commands.sh 3     -> call3_*   (rows at the tiles chosen from calls 1-2)
 #   bash bench/results/h200_2026-12-02_r/commands.sh 4     -> call4_*   (columns' col_heavy from call 3 too)
 #   bash bench/results/h200_2026-12-02_r/commands.sh 5     -> call5_*   (MXFP4's column dequant back on col_e8m0)
-# Not run yet: 6, more column dequant tiles, and the column dequant kernels of f7f8888 against today's at
+# Run at ddcfe75 (the next session, same day): 6, more column dequant tiles, and the column dequant kernels of f7f8888 against today's at
 # the same tile (the kernels of f7f8888 saved first, at the repo root:
 #   git show f7f8888:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_f7f8888.py)
 #   bash bench/results/h200_2026-12-02_r/commands.sh 6     -> call6_*
