@@ -6,6 +6,7 @@
 #   bash bench/results/h200_2026-12-02_s/commands.sh 2     -> call2_*  (ddcfe75; kernels_f7f8888.py)
 #   bash bench/results/h200_2026-12-02_s/commands.sh 3     -> call3_*  (f2b0c95 with the block amax from pairs;
 #                                                                        f2b0c95's kernels as kernels_f2b0c95.py)
+#   bash bench/results/h200_2026-12-02_s/commands.sh 4     -> call4_*  (2c734bc: the checked kernel table, dense-1.5b)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/s}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -29,4 +30,8 @@ case "$c" in
         timeout 150 $py $here/graph_ab.py --dim $d --outputs codes,dequant --shapes "None old" \
             --old kernels_f2b0c95.py --rounds 5 --out "$out/call3_dim${d}.json" > "$out/call3_dim${d}.txt" 2>&1
     done ;;
+4)  timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call4_kernels_checked.json" \
+        > "$out/call4_kernels_checked.txt" 2>&1
+    timeout 330 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call4_dense_blocks.json" \
+        > "$out/call4_dense_blocks.txt" 2>&1 ;;
 esac
