@@ -7,6 +7,7 @@
 #   bash bench/results/h200_2026-12-02_s/commands.sh 3     -> call3_*  (f2b0c95 with the block amax from pairs;
 #                                                                        f2b0c95's kernels as kernels_f2b0c95.py)
 #   bash bench/results/h200_2026-12-02_s/commands.sh 4     -> call4_*  (2c734bc: the checked kernel table, dense-1.5b)
+#   bash bench/results/h200_2026-12-02_s/commands.sh 5     -> call5_*  (f76b7de: column codes tiles of 1 and 2 warps)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/s}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -34,4 +35,8 @@ case "$c" in
         > "$out/call4_kernels_checked.txt" 2>&1
     timeout 330 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call4_dense_blocks.json" \
         > "$out/call4_dense_blocks.txt" 2>&1 ;;
+5)  # column codes with RHT at tiles of 1 and 2 warps (no barrier between warps for the fast-range test)
+    timeout 200 $py $here/graph_ab.py --dim 0 --outputs codes --specs E2M1,UFP4,MXFP4 \
+        --shapes "None (32,2,1) (32,4,1) (32,4,1,False,2) (64,2,2) (64,4,2) (32,4,2)" \
+        --out "$out/call5_cols_codes.json" > "$out/call5_cols_codes.txt" 2>&1 ;;
 esac
