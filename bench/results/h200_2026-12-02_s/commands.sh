@@ -7,7 +7,7 @@
 #   bash bench/results/h200_2026-12-02_s/commands.sh 3     -> call3_*  (f2b0c95 with the block amax from pairs;
 #                                                                        f2b0c95's kernels as kernels_f2b0c95.py)
 #   bash bench/results/h200_2026-12-02_s/commands.sh 4     -> call4_*  (2c734bc: the checked kernel table, dense-1.5b)
-#   bash bench/results/h200_2026-12-02_s/commands.sh 5     -> call5_*  (f76b7de: column codes tiles of 1 and 2 warps)
+#   bash bench/results/h200_2026-12-02_s/commands.sh 5     -> call5_*  (7c4b176: column codes tiles of 1 and 2 warps)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/s}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
