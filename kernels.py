@@ -1315,8 +1315,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     grid = (_cdiv(M, bm), _cdiv(K // 16, ng)) if m_first else (_cdiv(K // 16, ng), _cdiv(M, bm))
     out_mode = 0 if out_dtype == torch.float32 else (2 if interpret else 1)
     # columns with RHT as words (timed on the H200, 8192^2: codes outputs 4-9% faster, SR's dequant output
-    # 4%, the dequant outputs rounded to nearest 0.7-1.7% at their tiles of today); kernels without RHT
-    # read bf16 values (words took more registers)
+    # 4%, the dequant outputs rounded to nearest 0.7-1.7% at the _TILES tiles); kernels without RHT read
+    # bf16 values (words took more registers)
     words = _col_words(colwise, dtype, M, rht)
     x_bits = interpret and dtype == torch.bfloat16 and colwise and not words
     fast = fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5
