@@ -8,6 +8,8 @@
 #                                                                        f2b0c95's kernels as kernels_f2b0c95.py)
 #   bash bench/results/h200_2026-12-02_s/commands.sh 4     -> call4_*  (2c734bc: the checked kernel table, dense-1.5b)
 #   bash bench/results/h200_2026-12-02_s/commands.sh 5     -> call5_*  (7c4b176: column codes tiles of 1 and 2 warps)
+# Not run yet (the session's device time was spent): 6, column codes tiles of 1 and 2 warps for every spec
+#   bash bench/results/h200_2026-12-02_s/commands.sh 6     -> call6_*
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/s}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -39,4 +41,10 @@ case "$c" in
     timeout 200 $py $here/graph_ab.py --dim 0 --outputs codes --specs E2M1,UFP4,MXFP4 \
         --shapes "None (32,2,1) (32,4,1) (32,4,1,False,2) (64,2,2) (64,4,2) (32,4,2)" \
         --out "$out/call5_cols_codes.json" > "$out/call5_cols_codes.txt" 2>&1 ;;
+6)  # call 5's two best column codes tiles for NVFP4 too, MXFP4 at them with m_first (its kind's), SR's
+    timeout 200 $py $here/graph_ab.py --dim 0 --outputs codes --specs E2M1,UFP4,NVFP4 --rounds 5 \
+        --shapes "None (32,4,1) (64,4,2)" --out "$out/call6_cols_codes.json" > "$out/call6_cols_codes.txt" 2>&1
+    timeout 150 $py $here/graph_ab.py --dim 0 --outputs codes --specs MXFP4 --rounds 5 \
+        --shapes "None (32,4,1,True) (64,4,2,True) (32,4,2,True)" \
+        --out "$out/call6_cols_codes_e8m0.json" > "$out/call6_cols_codes_e8m0.txt" 2>&1 ;;
 esac
