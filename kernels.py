@@ -35,7 +35,9 @@ Exactness. Every step is the reference's fp32 operation in the same order: IEEE 
 plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a multiplication by the
 exact power of two where the reference divides by one. For fp32 scales, x / s may instead be computed
 from RN(1/s) by FMAs (_div_fast: the one-FMA step below, faithful for every x, then one Newton
-correction), which gives the same bits; for bf16 x not rotated, one FMA does: RN(x / s) = RN(x·r +
+correction), which gives the same bits, or, for y (which only decides a level), from RN(x·r) and that
+correction (_div_level: the same level for every x and s, checked where it can differ); for bf16 x
+not rotated, one FMA does: RN(x / s) = RN(x·r +
 RN(x·z)), r = RN(1/s), z = RN(RN(1 - s·r)·r) (Brisebarre, Muller and Raina's division by a divisor known
 in advance, IEEE TC 2004). That is not exact for every fp32 s, but it is for every s = RN(amax / g) of a
 bf16 amax, g = k·2**j with k in {1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests
@@ -473,6 +475,20 @@ def _div_fast(x, s, r):
 
 
 @triton.jit
+def _div_level(x, s, r):
+    """x / s rounded to the grid as RN(x / s) would be, r = RN(1 / s): q = RN(x * r) (within 1.5 ulps of
+    x / s, not always faithful), then _div_fast's correction. It gives RN(x / s) wherever x / s lies
+    within 20 ulps of a level midpoint (checked for every fp32 significand of s and every midpoint
+    significand of E2M1 and of uniform grids: bench/results/h200_2026-12-02_t), and elsewhere lies
+    within an ulp of x / s, so both round to the same level. Powers of two scale every step exactly
+    while s <= 2**124 and the x of a midpoint is at least 2**-102: in the fast range f >= 2**-98, and
+    the first midpoint is y = 1/4 (E2M1; uniform grids of step >= 1/2), x = y * f (_pack_f8's
+    y' * 2**9 * step * f is the same x)."""
+    q = x * r
+    return tl.fma(tl.fma(-s, q, x), r, q)
+
+
+@triton.jit
 def _rcp_fast(f):
     """RN(1 / f) on GPUs for f of exponent field 1..252 (f in [2**-126, 2**126); the kernel's fast range
     is inside it): the steps rcp.rn takes there, without its range test and slow path (MUFU.RCP, then
@@ -820,8 +836,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                     y = x * rs[:, :, None, None]
             elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
                 y = _div_bf16(x, fe, r)
-            else:
-                y = _div_fast(x, fe, r)
+            else:  # only the level y rounds to is used: _div_level
+                y = _div_level(x, fe, r)
         else:
             y = tl.math.div_rn(x, fe)
         yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)

@@ -249,6 +249,42 @@ def test_fast_division_is_exact():
     assert np.array_equal(q8[keep8], exact8[keep8])
 
 
+def test_level_division_near_midpoints():
+    """_div_level, y = x / s when only its level is used: q0 = RN(x * r), then q0 + RN(x - s * q0) * r by
+    FMA. q0 alone is sometimes off by an ulp and then rounds to another level; the corrected q is
+    RN(x / s) for every quotient within 20 ulps of a level midpoint (significands 1, 1.125, ..., 1.75:
+    E2M1's and uniform grids') against 2**13 divisors whose reciprocal is nearly half an ulp off and
+    2**13 random ones, and within an ulp of x / s on random quotients (the rest rounds alike). The
+    results record checks every fp32 divisor significand the same way (C, hardware FMA)."""
+    from conftest import fused_fma_f32
+    g = np.random.default_rng(1)
+    cand = (1 + g.integers(0, 2**23, 2**19) / 2**23).astype(np.float32)
+    r64 = 1 / cand.astype(np.float64)
+    off = np.abs(r64 - r64.astype(np.float32)) / np.spacing(r64.astype(np.float32)).astype(np.float64)
+    s = np.concatenate([cand[np.argsort(off)[-2**13:]], cand[: 2**13]])
+    mids = 1 + np.arange(7) / 8
+    base = (mids[None, :] * s.astype(np.float64)[:, None]).astype(np.float32)       # [S, 7]
+    x = (base.view(np.int32)[:, :, None] + np.arange(-20, 21, dtype=np.int32)).view(np.float32)
+    s3 = np.broadcast_to(s[:, None, None], x.shape).astype(np.float32)
+    r = (1 / s3.astype(np.float64)).astype(np.float32)
+    q0 = (x.astype(np.float64) * r).astype(np.float32)
+    q = fused_fma_f32(fused_fma_f32(-s3, q0, x), r, q0)
+    exact = (x.astype(np.float64) / s3).astype(np.float32)
+    assert np.array_equal(q, exact)
+    assert np.count_nonzero(q0 != exact) > 1000
+    e2m1 = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])            # q0's levels do differ somewhere
+    lvl = lambda v, k: np.searchsorted(e2m1, np.ldexp(v.astype(np.float64), k), side="left")
+    assert any(np.count_nonzero(lvl(q0, k) != lvl(exact, k)) for k in (-2, -1, 0, 1, 2))
+    xs = np.ldexp(1 + g.random(2**20), g.integers(-3, 3, 2**20)).astype(np.float32)   # random quotients
+    ss = (1 + g.random(2**20)).astype(np.float32)
+    xx = (xs.astype(np.float64) * ss).astype(np.float32)
+    rr = (1 / ss.astype(np.float64)).astype(np.float32)
+    q1 = (xx.astype(np.float64) * rr).astype(np.float32)
+    q1 = fused_fma_f32(fused_fma_f32(-ss, q1, xx), rr, q1)
+    ex = xx.astype(np.float64) / ss
+    assert np.all(np.abs(q1 - ex) <= np.spacing(np.abs(ex).astype(np.float32)))
+
+
 def test_fast_range_is_its_bounds():
     """_outside_fast_range (one unsigned compare of the bits) flags v outside [2**-98, top] for each top
     the kernel takes (2**123; 2**122 for RHT with fp32 scales, 2**113 for uniform codes by e4m3 casts,

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What set t ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit NOTES.md gives
+# for each call (commit.txt holds the last call's), with an older kernels.py saved at the repo root as
+# its header says:
+#   bash bench/results/h200_2026-12-02_t/commands.sh 1  -> call1_*  (y by _div_level against d9dd359's
+#                                                          kernels; the checked kernel table)
+#   bash bench/results/h200_2026-12-02_t/commands.sh 2  -> call2_*  (column codes tiles of 1 and 2 warps;
+#                                                          dense-1.5b per block)
+# kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
+# The offline check (this machine's CPU, no GPU): gcc -O2 -mfma -ffp-contract=off
+#   scripts/div_level_check.c -o div_level_check -lm && ./div_level_check   -> offline_div_level_check.txt
+set -u
+py=${PYTHON:-python3}; out=${OUT:-runs/t}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
+here=bench/results/h200_2026-12-02_t/scripts
+cat REV > "$out/commit.txt" 2>/dev/null || git rev-parse --short HEAD > "$out/commit.txt"
+c=${1:-1}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv > "$out/call${c}_smi.txt" 2>&1
+case "$c" in
+1)  # y by _div_level (one FMA less an element) against d9dd359's kernels ("old"), same tiles, then the table
+    for d in -1 0; do
+        timeout 110 $py $here/graph_ab.py --dim $d --outputs codes,dequant --specs E2M1,UFP4 --shapes "None old" \
+            --old kernels_d9dd359.py --rounds 3 --out "$out/call1_dim${d}.json" > "$out/call1_dim${d}.txt" 2>&1
+    done
+    timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call1_kernels_checked.json" \
+        > "$out/call1_kernels_checked.txt" 2>&1 ;;
+2)  # set s call 6: column codes at tiles of 1 and 2 warps for E2M1, UFP4, NVFP4; MXFP4 with m_first
+    timeout 150 $py $here/graph_ab.py --dim 0 --outputs codes --specs E2M1,UFP4,NVFP4 --rounds 3 \
+        --shapes "None (32,4,1) (64,4,2)" --out "$out/call2_cols_codes.json" > "$out/call2_cols_codes.txt" 2>&1
+    timeout 100 $py $here/graph_ab.py --dim 0 --outputs codes --specs MXFP4 --rounds 3 \
+        --shapes "None (32,4,1,True) (64,4,2,True) (32,4,2,True)" \
+        --out "$out/call2_cols_codes_e8m0.json" > "$out/call2_cols_codes_e8m0.txt" 2>&1
+    timeout 330 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call2_dense_blocks.json" \
+        > "$out/call2_dense_blocks.txt" 2>&1 ;;
+esac
