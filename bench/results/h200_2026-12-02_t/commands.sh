@@ -6,6 +6,8 @@
 #                                                          kernels; the checked kernel table)
 #   bash bench/results/h200_2026-12-02_t/commands.sh 2  -> call2_*  (column codes tiles of 1 and 2 warps;
 #                                                          dense-1.5b per block)
+#   bash bench/results/h200_2026-12-02_t/commands.sh 3  -> call3_*  (column codes with RHT at (32, 4, 1): the
+#                                                          checked kernel table)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 # The offline check (this machine's CPU, no GPU): gcc -O2 -mfma -ffp-contract=off
 #   scripts/div_level_check.c -o div_level_check -lm && ./div_level_check   -> offline_div_level_check.txt
@@ -31,4 +33,6 @@ case "$c" in
         --out "$out/call2_cols_codes_e8m0.json" > "$out/call2_cols_codes_e8m0.txt" 2>&1
     timeout 330 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call2_dense_blocks.json" \
         > "$out/call2_dense_blocks.txt" 2>&1 ;;
+3)  timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call3_kernels_checked.json" \
+        > "$out/call3_kernels_checked.txt" 2>&1 ;;
 esac
