@@ -954,9 +954,12 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # dequant outputs with RHT or SR take 0.92-0.98x at (64, 2, 2, m_first) x 4 against (128, 2, 4, m_first),
 # but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but NVFP4's (0.95x at
 # (32, 4, 2) x 4). Column codes with RHT at one warp (32, 4, 1), no barrier between warps at the
-# fast-range test, against (64, 4, 4): E2M1 0.98x, UFP4 0.98x, NVFP4 1.00x; SR 1.05x (its kind keeps it)
+# fast-range test, against (64, 4, 4): E2M1 0.98x, UFP4 0.98x, NVFP4 1.00x; SR 1.05x (its kind keeps it).
+# "_f8": uniform codes by e4m3 casts (_pack_f8); with RHT along rows 0.94x at (1, 32, 1) x 4 against
+# (1, 64, 1) x 2, where E2M1's, MXFP4's and SR's codes took 1.01-1.07x
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
           "row_codes": (1, 32, 1, False, 4), "row_codes_heavy": (1, 64, 1, False, 2),
+          "row_codes_f8": (1, 32, 1, False, 4),
           "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
           "col_codes": (64, 8, 4), "col_codes_heavy": (32, 4, 1), "col_codes_sr": (64, 4, 4),
           "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
@@ -1012,22 +1015,23 @@ def _check_device(x: torch.Tensor) -> bool:
 
 
 def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m0: bool = False, sr: bool = False,
-               interpret: bool = False) -> str:
+               interpret: bool = False, f8: bool = False) -> str:
     """The key of _TILES (_TILES_INTERPRET) whose tile a quantize kernel takes: the most specific of
-    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_heavy" with RHT or SR)
-    that the table holds."""
+    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_f8" for uniform codes by
+    e4m3 casts, + "_heavy" with RHT or SR) that the table holds."""
     kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
-    keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
+    keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_sr"] * sr + [kind + "_f8"] * f8 + \
+        [kind + "_heavy"] * heavy + [kind]
     return next(k for k in keys if k in (_TILES_INTERPRET if interpret else _TILES))
 
 
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
-          heavy: bool = False, e8m0: bool = False, sr: bool = False) -> tuple:
+          heavy: bool = False, e8m0: bool = False, sr: bool = False, f8: bool = False) -> tuple:
     """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first, loop) for one program
     of `loop` tiles along the grid's first axis. Rowwise (not 2D) the view is one row of all groups (M = 1),
     so the warps' lanes run along memory."""
     if tile is None:
-        kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret)
+        kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret, f8)
         tile = (_TILES_INTERPRET if interpret else _TILES)[kind]
     bm, ng, nw, *rest = tile
     m_first, loop = (tuple(rest) + (False, 1)[len(rest):])[:2]
@@ -1322,8 +1326,9 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                          want_dequant)
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
+    f8 = uniform and not sr and scale_mode == "fp32" and want_codes and not want_dequant  # (_pack_f8)
     bm, ng, nw, m_first, loop = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
-                                      scale_mode == "e8m0", sr)
+                                      scale_mode == "e8m0", sr, f8)
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)
@@ -1344,8 +1349,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
                   (K // 16) % ng == 0 and M % bm == 0 and grid[0] % loop == 0,
                   # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
-                  (1 if interpret or not _f8_cast(arch) else 2) if uniform and not sr and scale_mode == "fp32"
-                  and want_codes and not want_dequant else 0, loop)
+                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop)
     return _Plan(colwise, M, K, (_cdiv(grid[0], loop), grid[1]), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))

@@ -6,8 +6,11 @@
 #                                                          kernels; the checked kernel table)
 #   bash bench/results/h200_2026-12-02_t/commands.sh 2  -> call2_*  (column codes tiles of 1 and 2 warps;
 #                                                          dense-1.5b per block)
-#   bash bench/results/h200_2026-12-02_t/commands.sh 3  -> call3_*  (column codes with RHT at (32, 4, 1): the
-#                                                          checked kernel table)
+#   bash bench/results/h200_2026-12-02_t/commands.sh 3  -> call3_*  (column codes with RHT at (32, 4, 1); row
+#                                                          codes tiles; MXFP4's column codes alone and fused
+#                                                          at (32, 4, 2, m_first); the checked kernel table)
+#   bash bench/results/h200_2026-12-02_t/commands.sh 4  -> call4_*  (uniform codes by casts along rows at
+#                                                          (1, 32, 1) x 4; more column codes tiles; the table)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 # The offline check (this machine's CPU, no GPU): gcc -O2 -mfma -ffp-contract=off
 #   scripts/div_level_check.c -o div_level_check -lm && ./div_level_check   -> offline_div_level_check.txt
@@ -33,6 +36,17 @@ case "$c" in
         --out "$out/call2_cols_codes_e8m0.json" > "$out/call2_cols_codes_e8m0.txt" 2>&1
     timeout 330 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call2_dense_blocks.json" \
         > "$out/call2_dense_blocks.txt" 2>&1 ;;
-3)  timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call3_kernels_checked.json" \
+3)  timeout 100 $py $here/graph_ab.py --dim -1 --outputs codes --specs E2M1,UFP4,MXFP4 --rounds 3 \
+        --shapes "None (1,64,1) (1,32,1,False,4) (1,64,2,False,2) (1,128,2)" \
+        --out "$out/call3_rows_codes.json" > "$out/call3_rows_codes.txt" 2>&1
+    timeout 60 $py $here/graph_ab.py --dim 0 --outputs codes --specs MXFP4 --rounds 3 \
+        --shapes "None (32,4,2,True)" --alone-shapes "None (32,4,2,True)" \
+        --out "$out/call3_cols_codes_e8m0.json" > "$out/call3_cols_codes_e8m0.txt" 2>&1
+    timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call3_kernels_checked.json" \
         > "$out/call3_kernels_checked.txt" 2>&1 ;;
+4)  timeout 100 $py $here/graph_ab.py --dim 0 --outputs codes --specs E2M1,UFP4 --rounds 3 \
+        --shapes "None (32,8,1) (16,8,1) (32,4,1,True) (32,4,1,False,2) (64,4,1) (32,2,1)" \
+        --out "$out/call4_cols_codes.json" > "$out/call4_cols_codes.txt" 2>&1
+    timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call4_kernels_checked.json" \
+        > "$out/call4_kernels_checked.txt" 2>&1 ;;
 esac
