@@ -11,6 +11,8 @@
 #                                                          at (32, 4, 2, m_first); the checked kernel table)
 #   bash bench/results/h200_2026-12-02_t/commands.sh 4  -> call4_*  (uniform codes by casts along rows at
 #                                                          (1, 32, 1) x 4; more column codes tiles; the table)
+#   bash bench/results/h200_2026-12-02_t/commands.sh 5  -> call5_*  (NVFP4's column codes at (32, 4, 1) against
+#                                                          (64, 4, 4), five rounds)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 # The offline check (this machine's CPU, no GPU): gcc -O2 -mfma -ffp-contract=off
 #   scripts/div_level_check.c -o div_level_check -lm && ./div_level_check   -> offline_div_level_check.txt
@@ -49,4 +51,6 @@ case "$c" in
         --out "$out/call4_cols_codes.json" > "$out/call4_cols_codes.txt" 2>&1
     timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call4_kernels_checked.json" \
         > "$out/call4_kernels_checked.txt" 2>&1 ;;
+5)  timeout 100 $py $here/graph_ab.py --dim 0 --outputs codes --specs NVFP4 --rounds 5 \
+        --shapes "None (64,4,4)" --out "$out/call5_cols_codes_nvfp4.json" > "$out/call5_cols_codes_nvfp4.txt" 2>&1 ;;
 esac
