@@ -1225,9 +1225,10 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     block_2d: 16x16 tiles;
     dim: -1 (any shape, rows) or 0 (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype);
     keep_rotated: with RHT, leave the dequantized tensor in the rotated basis; tile: (BM, NG,
-    num_warps[, m_first[, tiles a program]]) to override the launch shape; fast_div: divide (y, and the fp32 and e4m3 block scales)
-    by FMA-corrected reciprocal multiplication (_div_fast, same bits) instead of IEEE division (GPUs;
-    the interpreter where INTERPRET_FAST_DIV says its FMA is fused); tensor_amax (e4m3): x's tensor amax
+    num_warps[, m_first[, tiles a program]]) to override the launch shape; fast_div: divide (y, and the
+    fp32 and e4m3 block scales) by FMA-corrected reciprocal multiplication (_div_fast, same bits; y by
+    _div_level, same levels) instead of IEEE division (GPUs; the interpreter where INTERPRET_FAST_DIV
+    says its FMA is fused); tensor_amax (e4m3): x's tensor amax
     along dim, as tensor_amax or tensor_amax_both computed it (fp32, one element on x's device): the
     first pass is then skipped; out: where to write the dequantized tensor (x's shape and out_dtype; for a
     2-D x also a slice of a wider tensor, out[:, a:b], with strides (S, 1)).
