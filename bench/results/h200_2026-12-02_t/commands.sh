@@ -18,7 +18,7 @@
 #   scripts/div_level_check.c -o div_level_check -lm && ./div_level_check   -> offline_div_level_check.txt
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/t}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
-here=bench/results/h200_2026-12-02_t/scripts
+here=bench/results/h200_2026-12-02_s/scripts  # set s's graph_ab.py (the calls ran a copy of it, the same bytes)
 cat REV > "$out/commit.txt" 2>/dev/null || git rev-parse --short HEAD > "$out/commit.txt"
 c=${1:-1}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv > "$out/call${c}_smi.txt" 2>&1
