@@ -13,6 +13,8 @@
 #                                                          (1, 32, 1) x 4; more column codes tiles; the table)
 #   bash bench/results/h200_2026-12-02_t/commands.sh 5  -> call5_*  (NVFP4's column codes at (32, 4, 1) against
 #                                                          (64, 4, 4), five rounds)
+#   bash bench/results/h200_2026-12-02_t/commands.sh 6  -> call6_*  (codes' sign words taken before the block
+#                                                          scale, against cdb7b4f's kernels; kernels_cdb7b4f.py)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 # The offline check (this machine's CPU, no GPU): gcc -O2 -mfma -ffp-contract=off
 #   scripts/div_level_check.c -o div_level_check -lm && ./div_level_check   -> offline_div_level_check.txt
@@ -53,4 +55,8 @@ case "$c" in
         > "$out/call4_kernels_checked.txt" 2>&1 ;;
 5)  timeout 100 $py $here/graph_ab.py --dim 0 --outputs codes --specs NVFP4 --rounds 5 \
         --shapes "None (64,4,4)" --out "$out/call5_cols_codes_nvfp4.json" > "$out/call5_cols_codes_nvfp4.txt" 2>&1 ;;
+6)  for d in -1 0; do
+        timeout 80 $py $here/graph_ab.py --dim $d --outputs codes --shapes "None old" --old kernels_cdb7b4f.py \
+            --rounds 3 --out "$out/call6_dim${d}.json" > "$out/call6_dim${d}.txt" 2>&1
+    done ;;
 esac
