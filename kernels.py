@@ -569,38 +569,26 @@ def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.cons
 
 
 @triton.jit
-def _sign_words(xbits):
-    """The fp32 bits of x [BM, NG, 8, 2] (element j + 8h) -> the sign bits of a group's codes, two int32
-    words [BM, NG] (half h: element j's sign at bit 4j + 3), built from element 7 down by a funnel shift
-    an element taking x's top 4 bits (s << 4 | bits >> 28), kept to the sign bits by one final mask.
-    Taken as soon as x is (before the block scale): the kernel then holds 4 words, not x's 32 bits a
-    group, while the scale is computed (E2M1's rows with RHT: 80 registers a thread, not 96)."""
-    s_lo, s_hi = tl.split(xbits.to(tl.uint32, bitcast=True))
-    words = ()
-    for half in tl.static_range(2):
-        b = _split8(s_hi if half else s_lo)
-        s = b[7] >> 28
-        for k in tl.static_range(6, -1, -1):
-            s = (s << 4) | (b[k] >> 28)
-        words = words + ((s & 0x88888888).to(tl.int32, bitcast=True),)
-    return words
-
-
-@triton.jit
-def _pack_codes(idx, signs, finite):
-    """Level indices [BM, NG, 8, 2] (element j + 8h) and the sign words of _sign_words -> 4-bit codes
+def _pack_codes(idx, xbits, finite):
+    """Level indices [BM, NG, 8, 2] (element j + 8h) and the fp32 bits of x (their signs) -> 4-bit codes
     sign<<3 | index packed in one int64 word per group [BM, NG], element i in bits 4i..4i+3
     (little-endian: byte i holds elements 2i, 2i + 1 in its low, high nibble), so a group's 8 bytes are
     one store; non-finite groups get code 0 (their indices are anything). Each half builds its 32-bit
-    word from element 7 down, one instruction per element: w * 16 + idx."""
+    word from element 7 down, one instruction per element for each of two words: the indices by
+    w * 16 + idx, the signs by a funnel shift taking x's top 4 bits (s << 4 | bits >> 28, kept to the
+    sign bits by one final mask)."""
     i_lo, i_hi = tl.split(idx)
+    s_lo, s_hi = tl.split(xbits.to(tl.uint32, bitcast=True))
     words = ()
     for half in tl.static_range(2):
         i = _split8(i_hi if half else i_lo)
+        b = _split8(s_hi if half else s_lo)
         w = i[7]
+        s = b[7] >> 28
         for k in tl.static_range(6, -1, -1):
             w = w * 16 + i[k]
-        words = words + (signs[half] | w,)
+            s = (s << 4) | (b[k] >> 28)
+        words = words + ((s & 0x88888888).to(tl.int32, bitcast=True) | w,)
     w = (words[1].to(tl.int64) << 32) | (words[0].to(tl.int64) & 0xFFFFFFFF)
     return tl.where(finite, w, 0)
 
@@ -807,7 +795,6 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         elif RHT:  # rows of 16-blocks: the block amax from the pairs' maxima (codes 2-3% faster, H200)
             x, pm = _rotate(x, signs, 2)
         xbits = x.to(tl.int32, bitcast=True)
-        sw = _sign_words(xbits) if WANT_CODES and not F8 else None  # (_pack_codes: its signs)
         a = _block_amax(x, BM, NG, QB, BLOCK_2D, pm)                      # [BM, NG]
         finite = a < float("inf")                                         # False for NaN
         amax = tl.where(finite, a, 0.0)
@@ -896,7 +883,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             # 96, one program an SM fewer: 4% slower, H200)
             idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE)
             if WANT_CODES:
-                words = _pack_codes(idx, sw, finite)                  # [BM, NG] int64: a group's bytes
+                words = _pack_codes(idx, xbits, finite)                  # [BM, NG] int64: a group's bytes
 
         if WANT_CODES:
             tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
