@@ -37,10 +37,10 @@ exact power of two where the reference divides by one. For fp32 scales, x / s ma
 from RN(1/s) by FMAs (_div_fast: the one-FMA step below, faithful for every x, then one Newton
 correction), which gives the same bits, or, for y (which only decides a level), from RN(x·r) and that
 correction (_div_level: the same level for every x and s, checked where it can differ); for bf16 x
-not rotated, one FMA does: RN(x / s) = RN(x·r +
-RN(x·z)), r = RN(1/s), z = RN(RN(1 - s·r)·r) (Brisebarre, Muller and Raina's division by a divisor known
-in advance, IEEE TC 2004). That is not exact for every fp32 s, but it is for every s = RN(amax / g) of a
-bf16 amax, g = k·2**j with k in {1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests
+not rotated, one FMA does: RN(x / s) = RN(x·r + RN(x·z)), r = RN(1/s), z = RN(RN(1 - s·r)·r)
+(Brisebarre, Muller and Raina's division by a divisor known in advance, IEEE TC 2004). That is not
+exact for every fp32 s, but it is for every s = RN(amax / g) of a bf16 amax, g = k·2**j with k in
+{1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests
 check all their mantissas (the exponents scale every step exactly, in the fast range). Stochastic
 rounding takes x · r' itself, r' = RN(1/s) less 4 ulps: within 5 ulps of x / s, far below its 2**-16
 steps, and never above g_max (x <= amax, s >= (amax / g)(1 - 2**-24), r <= (1/s)(1 + 2**-24)), so |y|
