@@ -956,13 +956,15 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # (32, 4, 2) x 4). Column codes with RHT at one warp (32, 4, 1), no barrier between warps at the
 # fast-range test, against (64, 4, 4): E2M1 0.98x, UFP4 0.98x, NVFP4 1.00x; SR 1.05x (its kind keeps it).
 # "_f8": uniform codes by e4m3 casts (_pack_f8); with RHT along rows 0.94x at (1, 32, 1) x 4 against
-# (1, 64, 1) x 2, where E2M1's, MXFP4's and SR's codes took 1.01-1.07x
+# (1, 64, 1) x 2, where E2M1's, MXFP4's and SR's codes took 1.01-1.07x. MXFP4's column codes with RHT
+# at (32, 4, 2, m_first): 0.96-0.97x (without RHT 1.13x there)
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
           "row_codes": (1, 32, 1, False, 4), "row_codes_heavy": (1, 64, 1, False, 2),
           "row_codes_f8": (1, 32, 1, False, 4),
           "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
           "col_codes": (64, 8, 4), "col_codes_heavy": (32, 4, 1), "col_codes_sr": (64, 4, 4),
-          "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
+          "col_codes_e8m0": (64, 4, 4, True), "col_codes_e8m0_heavy": (32, 4, 2, True), "2d": (16, 16, 4),
+          "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1, True), "row_codes": (1, 64, 1),
                     "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}
 # the e4m3 tensor-amax pass: (BLOCK elements, num_warps) per loop step without RHT, tiles with RHT,
@@ -1018,10 +1020,10 @@ def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m
                interpret: bool = False, f8: bool = False) -> str:
     """The key of _TILES (_TILES_INTERPRET) whose tile a quantize kernel takes: the most specific of
     orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_f8" for uniform codes by
-    e4m3 casts, + "_heavy" with RHT or SR) that the table holds."""
+    e4m3 casts, + "_heavy" with RHT or SR; "_e8m0_heavy" first) that the table holds."""
     kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
-    keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_sr"] * sr + [kind + "_f8"] * f8 + \
-        [kind + "_heavy"] * heavy + [kind]
+    keys = [kind + "_e8m0_heavy"] * (e8m0 and colwise and heavy) + [kind + "_e8m0"] * (e8m0 and colwise) + \
+        [kind + "_sr"] * sr + [kind + "_f8"] * f8 + [kind + "_heavy"] * heavy + [kind]
     return next(k for k in keys if k in (_TILES_INTERPRET if interpret else _TILES))
 
 

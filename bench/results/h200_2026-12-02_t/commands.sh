@@ -15,6 +15,8 @@
 #                                                          (64, 4, 4), five rounds)
 #   bash bench/results/h200_2026-12-02_t/commands.sh 6  -> call6_*  (codes' sign words taken before the block
 #                                                          scale, against cdb7b4f's kernels; kernels_cdb7b4f.py)
+#   bash bench/results/h200_2026-12-02_t/commands.sh 7  -> call7_*  (MXFP4's column codes with RHT at
+#                                                          (32, 4, 2, m_first): the checked kernel table)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 # The offline check (this machine's CPU, no GPU): gcc -O2 -mfma -ffp-contract=off
 #   scripts/div_level_check.c -o div_level_check -lm && ./div_level_check   -> offline_div_level_check.txt
@@ -59,4 +61,6 @@ case "$c" in
         timeout 80 $py $here/graph_ab.py --dim $d --outputs codes --shapes "None old" --old kernels_cdb7b4f.py \
             --rounds 3 --out "$out/call6_dim${d}.json" > "$out/call6_dim${d}.txt" 2>&1
     done ;;
+7)  timeout 200 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call7_kernels_checked.json" \
+        > "$out/call7_kernels_checked.txt" 2>&1 ;;
 esac
