@@ -319,14 +319,14 @@ def _load_words(x_ptr, base, mask, M, COLWISE: tl.constexpr):
 
 
 @triton.jit
-def _tile_words(x_ptr, pid_a, pid_b, M, K, valid, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
+def _tile_words(x_ptr, pid_a, pid_b, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
                 I64: tl.constexpr, EVEN: tl.constexpr, M_FIRST: tl.constexpr):
-    """_load_words of the tile pid_a along the grid's first axis, pid_b along its second; none if not valid."""
+    """_load_words of the tile pid_a along the grid's first axis, pid_b along its second."""
     pid_m = pid_a if M_FIRST else pid_b
     pid_g = pid_b if M_FIRST else pid_a
     _, _, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
     base, mask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
-    return _load_words(x_ptr, base, mask & valid, M, COLWISE)
+    return _load_words(x_ptr, base, mask, M, COLWISE)
 
 
 @triton.jit
@@ -569,14 +569,15 @@ def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.cons
 
 
 @triton.jit
-def _pack_codes(idx, xbits, finite):
+def _pack_codes(idx, xbits, finite, SAT: tl.constexpr = False):
     """Level indices [BM, NG, 8, 2] (element j + 8h) and the fp32 bits of x (their signs) -> 4-bit codes
     sign<<3 | index packed in one int64 word per group [BM, NG], element i in bits 4i..4i+3
     (little-endian: byte i holds elements 2i, 2i + 1 in its low, high nibble), so a group's 8 bytes are
     one store; non-finite groups get code 0 (their indices are anything). Each half builds its 32-bit
     word from element 7 down, one instruction per element for each of two words: the indices by
     w * 16 + idx, the signs by a funnel shift taking x's top 4 bits (s << 4 | bits >> 28, kept to the
-    sign bits by one final mask)."""
+    sign bits by one final mask). SAT: indices of 8 (a level above the grid's last) are taken down to 7,
+    a word's nibbles at once."""
     i_lo, i_hi = tl.split(idx)
     s_lo, s_hi = tl.split(xbits.to(tl.uint32, bitcast=True))
     words = ()
@@ -588,6 +589,8 @@ def _pack_codes(idx, xbits, finite):
         for k in tl.static_range(6, -1, -1):
             w = w * 16 + i[k]
             s = (s << 4) | (b[k] >> 28)
+        if SAT:
+            w = w - ((w >> 3) & 0x11111111)
         words = words + ((s & 0x88888888).to(tl.int32, bitcast=True) | w,)
     w = (words[1].to(tl.int64) << 32) | (words[0].to(tl.int64) & 0xFFFFFFFF)
     return tl.where(finite, w, 0)
@@ -774,6 +777,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     the view exactly (_tile_offsets). LOOP: tiles a program, one after another along the grid's first
     axis, each loading the next one's data before its own arithmetic."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
+    # codes of the whole E2M1 grid with e8m0 scales: |y| < 8, clamped to the grid in _pack_codes
+    E8_LINES: tl.constexpr = SCALE == 2 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
     if COLWISE:
         M = COLS
     signs = _signs(signs_ptr) if RHT else None
@@ -781,14 +786,14 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
-    xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
-    for i in range(LOOP):
+    xw = _tile_words(x_ptr, pid_a, pid_b, M, K, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+    for i in tl.static_range(LOOP):  # (unrolled: a loop would copy the next tile's words at each step)
         pid_g = pid_b if M_FIRST else pid_a + i
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
         x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw)  # [BM, NG, 8, 2] fp32
-        if LOOP > 1:
-            xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+        if i + 1 < LOOP:
+            xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         pm = None
         if RHT and (COLWISE or QB == 32):  # 4x the rotated tensor: its 0.25 is applied to the block amax
             x = _rotate(x, signs)          # and to f (below)
@@ -840,7 +845,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                 y = _div_level(x, fe, r)
         else:
             y = tl.math.div_rn(x, fe)
-        yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
+        if E8_LINES:  # |y| < 8 (e8m0 scales): not clamped here, _pack_codes takes the level index 8
+            yy = y    # of y in [7, 8) down to 7, eight at once
+        else:
+            yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
         if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
             yy = tl.fma(yy, SR_SCALE, _SR_B)
         if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
@@ -883,7 +891,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             # 96, one program an SM fewer: 4% slower, H200)
             idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE)
             if WANT_CODES:
-                words = _pack_codes(idx, xbits, finite)                  # [BM, NG] int64: a group's bytes
+                words = _pack_codes(idx, xbits, finite, E8_LINES)                  # [BM, NG] int64: a group's bytes
 
         if WANT_CODES:
             tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
