@@ -319,14 +319,14 @@ def _load_words(x_ptr, base, mask, M, COLWISE: tl.constexpr):
 
 
 @triton.jit
-def _tile_words(x_ptr, pid_a, pid_b, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
+def _tile_words(x_ptr, pid_a, pid_b, M, K, valid, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
                 I64: tl.constexpr, EVEN: tl.constexpr, M_FIRST: tl.constexpr):
-    """_load_words of the tile pid_a along the grid's first axis, pid_b along its second."""
+    """_load_words of the tile pid_a along the grid's first axis, pid_b along its second; none if not valid."""
     pid_m = pid_a if M_FIRST else pid_b
     pid_g = pid_b if M_FIRST else pid_a
     _, _, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
     base, mask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
-    return _load_words(x_ptr, base, mask, M, COLWISE)
+    return _load_words(x_ptr, base, mask & valid, M, COLWISE)
 
 
 @triton.jit
@@ -786,14 +786,16 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
-    xw = _tile_words(x_ptr, pid_a, pid_b, M, K, BM, NG, COLWISE, I64, EVEN, M_FIRST)
-    for i in tl.static_range(LOOP):  # (unrolled: a loop would copy the next tile's words at each step)
+    xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+    # codes outputs unroll the loop (no copies of the next tile's words: 0.93-0.96x the time with RHT, H200);
+    # dequant outputs keep it (unrolled: up to 1.19x)
+    for i in tl.range(LOOP, loop_unroll_factor=1 if WANT_DEQUANT else LOOP):
         pid_g = pid_b if M_FIRST else pid_a + i
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
         x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw)  # [BM, NG, 8, 2] fp32
-        if i + 1 < LOOP:
-            xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+        if LOOP > 1:
+            xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         pm = None
         if RHT and (COLWISE or QB == 32):  # 4x the rotated tensor: its 0.25 is applied to the block amax
             x = _rotate(x, signs)          # and to f (below)
@@ -958,17 +960,15 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # dequantized output); m_first (columns): the grid's first axis along m. Rows, measured side by side
 # against programs of one tile (1, 64, 1|2), 8192^2 bf16, H200: (1, 32, 1) x 4 tiles a program takes
 # 0.94-0.98x the time for RHT and SR dequant outputs, 0.90-0.99x for codes without RHT or SR; codes
-# with RHT take 0.93-1.00x at (1, 64, 1) x 2 (x 4 took 128 registers a thread: up to 1.15x). Columns:
+# with RHT, their loop unrolled, 0.93-0.96x against (1, 64, 1) x 2 (x 4 and (1, 32, 1) x 8: 1.19-1.24x for
+# E2M1). Columns:
 # dequant outputs with RHT or SR take 0.92-0.98x at (64, 2, 2, m_first) x 4 against (128, 2, 4, m_first),
 # but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but NVFP4's (0.95x at
 # (32, 4, 2) x 4). Column codes with RHT at one warp (32, 4, 1), no barrier between warps at the
 # fast-range test, against (64, 4, 4): E2M1 0.98x, UFP4 0.98x, NVFP4 1.00x; SR 1.05x (its kind keeps it).
-# "_f8": uniform codes by e4m3 casts (_pack_f8); with RHT along rows 0.94x at (1, 32, 1) x 4 against
-# (1, 64, 1) x 2, where E2M1's, MXFP4's and SR's codes took 1.01-1.07x. MXFP4's column codes with RHT
-# at (32, 4, 2, m_first): 0.96-0.97x (without RHT 1.13x there)
+# MXFP4's column codes with RHT at (32, 4, 2, m_first): 0.96-0.97x (without RHT 1.13x there)
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
-          "row_codes": (1, 32, 1, False, 4), "row_codes_heavy": (1, 64, 1, False, 2),
-          "row_codes_f8": (1, 32, 1, False, 4),
+          "row_codes": (1, 32, 1, False, 4),
           "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
           "col_codes": (64, 8, 4), "col_codes_heavy": (32, 4, 1), "col_codes_sr": (64, 4, 4),
           "col_codes_e8m0": (64, 4, 4, True), "col_codes_e8m0_heavy": (32, 4, 2, True), "2d": (16, 16, 4),
@@ -1025,23 +1025,23 @@ def _check_device(x: torch.Tensor) -> bool:
 
 
 def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m0: bool = False, sr: bool = False,
-               interpret: bool = False, f8: bool = False) -> str:
+               interpret: bool = False) -> str:
     """The key of _TILES (_TILES_INTERPRET) whose tile a quantize kernel takes: the most specific of
-    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_f8" for uniform codes by
-    e4m3 casts, + "_heavy" with RHT or SR; "_e8m0_heavy" first) that the table holds."""
+    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_heavy" with RHT or SR;
+    "_e8m0_heavy" first) that the table holds."""
     kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
     keys = [kind + "_e8m0_heavy"] * (e8m0 and colwise and heavy) + [kind + "_e8m0"] * (e8m0 and colwise) + \
-        [kind + "_sr"] * sr + [kind + "_f8"] * f8 + [kind + "_heavy"] * heavy + [kind]
+        [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
     return next(k for k in keys if k in (_TILES_INTERPRET if interpret else _TILES))
 
 
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
-          heavy: bool = False, e8m0: bool = False, sr: bool = False, f8: bool = False) -> tuple:
+          heavy: bool = False, e8m0: bool = False, sr: bool = False) -> tuple:
     """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first, loop) for one program
     of `loop` tiles along the grid's first axis. Rowwise (not 2D) the view is one row of all groups (M = 1),
     so the warps' lanes run along memory."""
     if tile is None:
-        kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret, f8)
+        kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret)
         tile = (_TILES_INTERPRET if interpret else _TILES)[kind]
     bm, ng, nw, *rest = tile
     m_first, loop = (tuple(rest) + (False, 1)[len(rest):])[:2]
@@ -1339,7 +1339,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     g_max = float(levels[-1])
     f8 = uniform and not sr and scale_mode == "fp32" and want_codes and not want_dequant  # (_pack_f8)
     bm, ng, nw, m_first, loop = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
-                                      scale_mode == "e8m0", sr, f8)
+                                      scale_mode == "e8m0", sr)
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)

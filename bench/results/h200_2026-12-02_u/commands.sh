@@ -4,6 +4,9 @@
 #   bash bench/results/h200_2026-12-02_u/commands.sh 1  -> call1_*  (programs of several tiles unrolled and
 #                                                          MXFP4's codes clamped in the packed words, against
 #                                                          9d14b53's kernels; row codes tiles; stall reasons)
+#   bash bench/results/h200_2026-12-02_u/commands.sh 2  -> call2_*  (row codes at (1, 32, 1) x 4 against
+#                                                          9d14b53's; column codes tiles of several tiles a
+#                                                          program; the checked kernel table)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/u}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -27,4 +30,14 @@ case "$c" in
     metrics="$metrics,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active"
     timeout 150 ncu --kernel-name _quantize_kernel --launch-skip 4 --launch-count 4 --clock-control none \
         --metrics "$metrics" --csv --page raw $py $u/ncu_codes.py > "$out/call1_ncu.csv" 2> "$out/call1_ncu.err" ;;
+2)  timeout 80 $py $here/graph_ab.py --dim -1 --outputs codes --shapes "None old" --alone-shapes "None old" \
+        --old kernels_9d14b53.py --rounds 3 --out "$out/call2_rows_codes.json" > "$out/call2_rows_codes.txt" 2>&1
+    timeout 100 $py $here/graph_ab.py --dim 0 --outputs codes --specs E2M1,UFP4,NVFP4,SR --rounds 3 \
+        --shapes "None (32,4,1,False,2) (32,4,1,True,2) (32,4,1,False,4) (32,2,1,False,4) (16,4,1,False,4)" \
+        --out "$out/call2_cols_codes.json" > "$out/call2_cols_codes.txt" 2>&1
+    timeout 60 $py $here/graph_ab.py --dim 0 --outputs codes --specs MXFP4 --rounds 3 \
+        --shapes "None (32,4,2,True,2) (32,4,1,True,2) (32,4,1,True,4)" \
+        --out "$out/call2_cols_codes_e8m0.json" > "$out/call2_cols_codes_e8m0.txt" 2>&1
+    timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call2_kernels_checked.json" \
+        > "$out/call2_kernels_checked.txt" 2>&1 ;;
 esac
