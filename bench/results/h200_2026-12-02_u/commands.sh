@@ -7,6 +7,7 @@
 #   bash bench/results/h200_2026-12-02_u/commands.sh 2  -> call2_*  (row codes at (1, 32, 1) x 4 against
 #                                                          9d14b53's; column codes tiles of several tiles a
 #                                                          program; the checked kernel table)
+#   bash bench/results/h200_2026-12-02_u/commands.sh 3  -> call3_*  (row codes at 2 and 3 tiles a program)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/u}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -40,4 +41,7 @@ case "$c" in
         --out "$out/call2_cols_codes_e8m0.json" > "$out/call2_cols_codes_e8m0.txt" 2>&1
     timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call2_kernels_checked.json" \
         > "$out/call2_kernels_checked.txt" 2>&1 ;;
+3)  timeout 120 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 5 --alone-shapes "None (1,32,1,False,2)" \
+        --shapes "None (1,32,1,False,2) (1,32,1,False,3) (1,64,1,False,2)" \
+        --out "$out/call3_rows_codes.json" > "$out/call3_rows_codes.txt" 2>&1 ;;
 esac
