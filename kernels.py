@@ -558,12 +558,42 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
 
 
 @triton.jit
-def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.constexpr):
+def _mul_wide(a, b, ASM: tl.constexpr):
+    """(high, low) words of the 64-bit product of uint32 a and b. ASM: one mul.wide.u32 (one
+    IMAD.WIDE.U32 on sm_90, where the high and the low multiply take one instruction each)."""
+    if ASM:
+        return tl.inline_asm_elementwise("{ .reg .b64 t; mul.wide.u32 t, $2, $3; mov.b64 {$1, $0}, t; }",
+                                         "=r,=r,r,r", [a, b], dtype=(tl.uint32, tl.uint32), is_pure=True, pack=1)
+    return tl.umulhi(a, b), a * b
+
+
+@triton.jit
+def _randint4x(seed, offs, ROUNDS: tl.constexpr, ASM: tl.constexpr):
+    """tl.randint4x(seed, offs, ROUNDS) for int32 offsets, the same bits, each round's two products by
+    _mul_wide. Philox4x32 (Salmon et al., SC'11) as Triton runs it: counter (offs, 0, 0, 0), key (the
+    seed's low and high words, int32 sign-extended to 64 bits)."""
+    s64 = seed.to(tl.uint64)
+    k0 = (s64 & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((s64 >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c0 = offs.to(tl.uint32)
+    z = c0 * 0
+    c1, c2, c3 = z, z, z
+    for _ in tl.static_range(ROUNDS):
+        hb, lb = _mul_wide(c2, z + 0xCD9E8D57, ASM)
+        ha, la = _mul_wide(c0, z + 0xD2511F53, ASM)
+        c0, c1, c2, c3 = hb ^ c1 ^ k0, lb, ha ^ c3 ^ k1, la
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.constexpr, ASM: tl.constexpr):
     """[BM, NG, 8, 2] 16-bit random integers k (int32) for the uniforms u = (k + 1/2) * 2**-16: 2 Philox
     calls (8 words of 32 bits, two halves each) per group, with counters unique per group of the [M, K]
     view."""
     offs = ((m[:, None] * (K // 16) + g[None, :]) * 2)[:, :, None] + tl.arange(0, 2)[None, None, :]
-    r0, r1, r2, r3 = tl.randint4x(seed, offs, ROUNDS)                       # uint32, each [BM, NG, 2]
+    r0, r1, r2, r3 = _randint4x(seed, offs, ROUNDS, ASM)                    # uint32, each [BM, NG, 2]
     r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8))
     return tl.join(r & 0xFFFF, r >> 16).to(tl.int32, bitcast=True)         # [BM, NG, 8, 2]
 
@@ -766,7 +796,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr, OUT_MODE: tl.constexpr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
                      OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
-                     X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0, LOOP: tl.constexpr = 1):
+                     X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0, LOOP: tl.constexpr = 1,
+                     ASM: tl.constexpr = False):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
@@ -775,7 +806,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     along m (programs launched one after another read the same rows of a column-wise x), else along g.
     X_BF16: x holds bf16 values, not rotated (fp32 scales then divide in one FMA). EVEN: the tiles cover
     the view exactly (_tile_offsets). LOOP: tiles a program, one after another along the grid's first
-    axis, each loading the next one's data before its own arithmetic."""
+    axis, each loading the next one's data before its own arithmetic. ASM: inline PTX may be used (not
+    in the interpreter)."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
     # codes of the whole E2M1 grid with e8m0 scales: |y| < 8, clamped to the grid in _pack_codes
     E8_LINES: tl.constexpr = SCALE == 2 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
@@ -885,7 +917,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if SR:
             if SEED_PTR:
                 seed = tl.load(seed_ptr)
-            u = _uniforms(seed, m, g, K, BM, NG, ROUNDS)
+            u = _uniforms(seed, m, g, K, BM, NG, ROUNDS, ASM)
         if F8:  # (codes only)
             words = _pack_f8(yy, xbits, finite, F8)
         else:
@@ -1360,7 +1392,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
                   (K // 16) % ng == 0 and M % bm == 0 and grid[0] % loop == 0,
                   # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
-                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop)
+                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop, not interpret)
     return _Plan(colwise, M, K, (_cdiv(grid[0], loop), grid[1]), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernels  # noqa: E402
 import quant  # noqa: E402
 import rht  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 if DEV == "cpu" and "Interpreted" not in type(kernels._quantize_kernel).__name__:
@@ -457,6 +459,27 @@ def test_sr_draws_do_not_change_with_a_power_of_two_scale(dim, use_rht, power):
     assert_same_bits(codes_p, codes, "codes")
     assert_same_bits(scales_p, scales * 2.0**power, "scales")
     assert_same_bits(dq_p, dq * 2.0**power, "dequant")
+
+
+@triton.jit
+def _philox_probe(out_ptr, seed, ASM: tl.constexpr):
+    offs = tl.arange(0, 1024)
+    ours = kernels._randint4x(seed, offs, kernels.PHILOX_ROUNDS, ASM)
+    theirs = tl.randint4x(seed, offs, kernels.PHILOX_ROUNDS)
+    for i in tl.static_range(4):
+        tl.store(out_ptr + i * 1024 + offs, ours[i].to(tl.int32, bitcast=True))
+        tl.store(out_ptr + (4 + i) * 1024 + offs, theirs[i].to(tl.int32, bitcast=True))
+
+
+def test_philox_gives_tritons_bits():
+    """The SR kernels' Philox (kernels._randint4x: on GPUs each round's two products by one wide
+    multiply) gives tl.randint4x's words, for seeds of either sign (a negative seed's key has a high
+    word of ones)."""
+    for seed in (0, 12345, 2**31 - 1, -5):
+        out = torch.empty(8, 1024, dtype=torch.int32, device=DEV)
+        _philox_probe[(1,)](out, seed, ASM=DEV == "cuda")
+        assert torch.equal(out[:4], out[4:]), f"seed {seed}: {(out[:4] != out[4:]).sum().item()} words differ"
+        assert out[:4].unique().numel() > 4000  # (not a constant)
 
 
 @pytest.mark.parametrize("p", [2**-10, 1 / 3, 1 - 2**-10])
