@@ -8,6 +8,9 @@
 #                                                          9d14b53's; column codes tiles of several tiles a
 #                                                          program; the checked kernel table)
 #   bash bench/results/h200_2026-12-02_u/commands.sh 3  -> call3_*  (row codes at 2 and 3 tiles a program)
+#   bash bench/results/h200_2026-12-02_u/commands.sh 4  -> call4_*  (SR's Philox by wide multiplies against
+#                                                          bf89745's kernels; its bits and the SR tests on the
+#                                                          GPU; the checked kernel table)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/u}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -44,4 +47,13 @@ case "$c" in
 3)  timeout 120 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 5 --alone-shapes "None (1,32,1,False,2)" \
         --shapes "None (1,32,1,False,2) (1,32,1,False,3) (1,64,1,False,2)" \
         --out "$out/call3_rows_codes.json" > "$out/call3_rows_codes.txt" 2>&1 ;;
+4)  timeout 150 $py -m pytest -q tests/test_kernels.py -k "philox or stochastic or sr_ or several" \
+        > "$out/call4_tests.txt" 2>&1
+    for d in -1 0; do
+        timeout 80 $py $here/graph_ab.py --dim $d --outputs codes,dequant --specs SR --shapes "None old" \
+            --alone-shapes "None old" --old kernels_bf89745.py --rounds 5 --out "$out/call4_sr_dim${d}.json" \
+            > "$out/call4_sr_dim${d}.txt" 2>&1
+    done
+    timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call4_kernels_checked.json" \
+        > "$out/call4_kernels_checked.txt" 2>&1 ;;
 esac
