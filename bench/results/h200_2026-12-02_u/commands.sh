@@ -11,6 +11,9 @@
 #   bash bench/results/h200_2026-12-02_u/commands.sh 4  -> call4_*  (SR's Philox by wide multiplies against
 #                                                          bf89745's kernels; its bits and the SR tests on the
 #                                                          GPU; the checked kernel table)
+#   bash bench/results/h200_2026-12-02_u/commands.sh 5  -> call5_*  (codes with RHT along columns and of 32-blocks
+#                                                          with the block amax from the pairs' maxima, against
+#                                                          844293a's kernels)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/u}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -56,4 +59,8 @@ case "$c" in
     done
     timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call4_kernels_checked.json" \
         > "$out/call4_kernels_checked.txt" 2>&1 ;;
+5)  for d in 0 -1; do
+        timeout 100 $py $here/graph_ab.py --dim $d --outputs codes --shapes "None old" --old kernels_844293a.py \
+            --rounds 5 --out "$out/call5_codes_dim${d}.json" > "$out/call5_codes_dim${d}.txt" 2>&1
+    done ;;
 esac
