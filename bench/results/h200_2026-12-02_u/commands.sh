@@ -14,6 +14,7 @@
 #   bash bench/results/h200_2026-12-02_u/commands.sh 5  -> call5_*  (codes with RHT along columns and of 32-blocks
 #                                                          with the block amax from the pairs' maxima, against
 #                                                          844293a's kernels)
+#   bash bench/results/h200_2026-12-02_u/commands.sh 6  -> call6_tests.txt  (the Philox test on the GPU)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/u}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -63,4 +64,7 @@ case "$c" in
         timeout 100 $py $here/graph_ab.py --dim $d --outputs codes --shapes "None old" --old kernels_844293a.py \
             --rounds 5 --out "$out/call5_codes_dim${d}.json" > "$out/call5_codes_dim${d}.txt" 2>&1
     done ;;
+6)  timeout 150 $py -m pytest -q tests/test_kernels.py -k "philox or test_stochastic_rounding" 2>&1 | tail -3 \
+        > "$out/call6_tests.txt"
+    nvidia-smi --query-gpu=name --format=csv >> "$out/call6_tests.txt" ;;
 esac
