@@ -810,7 +810,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     in the interpreter)."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
     # codes of the whole E2M1 grid with e8m0 scales: |y| < 8, clamped to the grid in _pack_codes
-    E8_LINES: tl.constexpr = SCALE == 2 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
+    E8_SAT: tl.constexpr = SCALE == 2 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
     if COLWISE:
         M = COLS
     signs = _signs(signs_ptr) if RHT else None
@@ -879,7 +879,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                 y = _div_level(x, fe, r)
         else:
             y = tl.math.div_rn(x, fe)
-        if E8_LINES:  # |y| < 8 (e8m0 scales): not clamped here, _pack_codes takes the level index 8
+        if E8_SAT:  # |y| < 8 (e8m0 scales): not clamped here, _pack_codes takes the level index 8
             yy = y    # of y in [7, 8) down to 7, eight at once
         else:
             yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
@@ -925,7 +925,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             # 96, one program an SM fewer: 4% slower, H200)
             idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE)
             if WANT_CODES:
-                words = _pack_codes(idx, xbits, finite, E8_LINES)        # [BM, NG] int64: a group's bytes
+                words = _pack_codes(idx, xbits, finite, E8_SAT)        # [BM, NG] int64: a group's bytes
 
         if WANT_CODES:
             tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
@@ -992,11 +992,10 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # dequantized output); m_first (columns): the grid's first axis along m. Rows, measured side by side
 # against programs of one tile (1, 64, 1|2), 8192^2 bf16, H200: (1, 32, 1) x 4 tiles a program takes
 # 0.94-0.98x the time for RHT and SR dequant outputs, 0.90-0.99x for codes without RHT or SR; codes
-# with RHT, their loop unrolled, 0.93-0.96x against (1, 64, 1) x 2 (x 4 and (1, 32, 1) x 8: 1.19-1.24x for
-# E2M1). Columns:
-# dequant outputs with RHT or SR take 0.92-0.98x at (64, 2, 2, m_first) x 4 against (128, 2, 4, m_first),
-# but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but NVFP4's (0.95x at
-# (32, 4, 2) x 4). Column codes with RHT at one warp (32, 4, 1), no barrier between warps at the
+# with RHT, their loop unrolled, 0.93-0.96x against (1, 64, 1) x 2 (x 4 and (1, 32, 1) x 8: 1.19-1.24x
+# for E2M1). Columns: dequant outputs with RHT or SR take 0.92-0.98x at (64, 2, 2, m_first) x 4 against
+# (128, 2, 4, m_first), but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but
+# NVFP4's (0.95x at (32, 4, 2) x 4). Column codes with RHT at one warp (32, 4, 1), no barrier between warps at the
 # fast-range test, against (64, 4, 4): E2M1 0.98x, UFP4 0.98x, NVFP4 1.00x; SR 1.05x (its kind keeps it).
 # MXFP4's column codes with RHT at (32, 4, 2, m_first): 0.96-0.97x (without RHT 1.13x there)
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
