@@ -403,7 +403,7 @@ def _block_amax(x, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2
 
 @triton.jit
 def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr,
-                   INDEX_ONLY: tl.constexpr = False, ADD_MAX: tl.constexpr = True):
+                   INDEX_ONLY: tl.constexpr = False, ADD_MAX: tl.constexpr = True, f=None):
     """|y| = ay <= g_max -> (level index int32, level value fp32), RTNE or SR (k: 16-bit random integers,
     u = (k + 1/2) * 2**-16; u1 = 1 + u is built from bits).
 
@@ -422,10 +422,16 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
     two levels it is affine, so their midpoint maps to i + 1/2 and a tie to the even index). Each
     line plus 2**23 is rounded once (an FMA or an add, |y| taken inside), and the min of the rounded
     lines is the rounded min (rounding is monotone): five float instructions, where the exponent
-    arithmetic above takes five on the integer pipe."""
+    arithmetic above takes five on the integer pipe. f (per group, a power of two): the index of
+    y * f, a product each line's FMA takes exactly (y * f is exact, or under 2**-126 and of level 0
+    all the same), one multiply an element less."""
     ay = tl.abs(y)  # (taken inside the additions below; the exponent is read from y's bits)
     if INDEX_ONLY and not UNIFORM and not SR:
-        v = tl.minimum(tl.minimum(tl.fma(ay, 2.0, 8388608.0), ay + 8388610.0), tl.fma(ay, 0.5, 8388612.0))
+        if f is None:
+            v = tl.minimum(tl.minimum(tl.fma(ay, 2.0, 8388608.0), ay + 8388610.0), tl.fma(ay, 0.5, 8388612.0))
+        else:
+            v = tl.minimum(tl.minimum(tl.fma(ay, f * 2.0, 8388608.0), tl.fma(ay, f, 8388610.0)),
+                           tl.fma(ay, f * 0.5, 8388612.0))
         return v.to(tl.int32, bitcast=True) - 0x4B000000, v
     if UNIFORM:
         c = STEP * 8388608.0
@@ -809,8 +815,11 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     axis, each loading the next one's data before its own arithmetic. ASM: inline PTX may be used (not
     in the interpreter)."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
-    # codes of the whole E2M1 grid with e8m0 scales: |y| < 8, clamped to the grid in _pack_codes
-    E8_SAT: tl.constexpr = SCALE == 2 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
+    # codes of the whole E2M1 grid with e8m0 or e4m3 scales: |y| < 8 (e4m3: groups where it is not take
+    # the reference's steps), clamped to the grid in _pack_codes; e8m0's y = x * f is exact: the level
+    # lines take x and f (_round_to_grid), no y
+    SAT: tl.constexpr = SCALE != 0 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
+    FOLD: tl.constexpr = SAT and SCALE == 2
     if COLWISE:
         M = COLS
     signs = _signs(signs_ptr) if RHT else None
@@ -819,9 +828,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
     xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
-    # codes outputs unroll the loop (no copies of the next tile's words; with (1, 32, 1) x 4 tiles, codes
-    # with RHT along rows 0.92-0.95x the time, H200); dequant outputs keep it (unrolled: up to 1.19x)
-    for i in tl.range(LOOP, loop_unroll_factor=1 if WANT_DEQUANT else LOOP):
+    # codes outputs unroll the loop, 4 tiles at most (no copies of the next tile's words; with (1, 32, 1) x
+    # 4 tiles, codes with RHT along rows 0.92-0.95x the time, H200); dequant outputs keep it (unrolled: up
+    # to 1.19x)
+    for i in tl.range(LOOP, loop_unroll_factor=1 if WANT_DEQUANT else min(LOOP, 4)):
         pid_g = pid_b if M_FIRST else pid_a + i
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
@@ -841,7 +851,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
         f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
         # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
-        if RHT or SCALE != 2:  # (e4m3's f may be NaN: outside too)
+        if (RHT or SCALE != 2) and not FOLD:  # (e4m3's f may be NaN: outside too)
             if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
                 bad = _outside_fast_range(f, 0x71800000)
             elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
@@ -852,8 +862,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                 bad = _outside_fast_range(f)
             if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
                 bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
+            if SAT and SCALE == 1:  # |y| <= RN(amax * f) (rounding is monotone): under 8 unless amax_T < amax
+                bad = bad | (amax * f >= 8.0)
             rare = tl.max(bad.to(tl.int32)) > 0
-        else:  # e8m0 without RHT: y = x * 2**-e is exact
+        else:  # e8m0 without RHT: y = x * 2**-e is exact; FOLD: so is x * f / 4 and each line's product
             rare = False
         ff = f
         if RHT:
@@ -861,7 +873,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
             ff = ff * (512.0 * STEP)
         fe = ff[:, :, None, None]
-        if SCALE != 0:
+        if FOLD:
+            y = x
+        elif SCALE != 0:
             y = x * fe
         elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast, or rcp.rn with RHT (2-4% faster there, H200), IEEE
             # division in the interpreter (FAST_DIV 1)
@@ -879,8 +893,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                 y = _div_level(x, fe, r)
         else:
             y = tl.math.div_rn(x, fe)
-        if E8_SAT:  # |y| < 8 (e8m0 scales): not clamped here, _pack_codes takes the level index 8
-            yy = y    # of y in [7, 8) down to 7, eight at once
+        if SAT:  # |y| < 8: not clamped here, _pack_codes takes the level index 8 of y in [7, 8) down
+            yy = y  # to 7, eight at once
         else:
             yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
         if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
@@ -923,9 +937,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         else:
             # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
             # 96, one program an SM fewer: 4% slower, H200)
-            idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE)
+            idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
+                                    fe if FOLD else None)
             if WANT_CODES:
-                words = _pack_codes(idx, xbits, finite, E8_SAT)        # [BM, NG] int64: a group's bytes
+                words = _pack_codes(idx, xbits, finite, SAT)        # [BM, NG] int64: a group's bytes
 
         if WANT_CODES:
             tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)

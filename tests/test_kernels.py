@@ -548,6 +548,23 @@ def test_tensor_amax_both_and_quantize_given_it(dtype):
         kernels.tensor_amax_both(x[:, :40], rht_signs=SIGNS.to(DEV))
 
 
+@pytest.mark.parametrize("use_rht", [False, True])
+def test_e4m3_codes_given_a_smaller_tensor_amax(use_rht):
+    """Given a tensor amax under the tensor's own (a stale one, another tensor's), block scales clamp at
+    448 and |x / s| passes the grid: the codes, which leave |y| unclamped where it stays under 8, clamp
+    it there as the dequantized output does (their dequantization gives its bits)."""
+    spec = quant.QuantSpec("e2m1", 16, "e4m3", "rtne", use_rht)
+    x = make_x((32, 48), torch.bfloat16, seed=36).to(DEV)
+    for dim in (-1, 0):
+        amax = kernels.tensor_amax(x, rht_signs=SIGNS.to(DEV) if use_rht else None, dim=dim) / 16
+        codes, scales, t, _ = kernels.quantize(x, **kernel_args(spec, dim, want_dequant=False, tensor_amax=amax))
+        dq = kernels.quantize(x, **kernel_args(spec, dim, want_codes=False, keep_rotated=True, tensor_amax=amax))[3]
+        got = kernels.dequantize(codes, scales, t, **dequant_args(spec, keep_rotated=True, out_dtype=dq.dtype))
+        assert_same_bits(got, dq.movedim(dim, -1), f"dim={dim}")
+        nibbles = torch.stack([codes.cpu() & 15, codes.cpu() >> 4])
+        assert (nibbles & 7 == 7).any()  # (clamped elements: level 6)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rows_off_a_word_boundary(dtype):
     """Rows (and bf16 columns) are read as words of two elements: a tensor starting one element past a
