@@ -877,9 +877,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             y = x
         elif SCALE != 0:
             y = x * fe
-        elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast, or rcp.rn with RHT (2-4% faster there, H200), IEEE
-            # division in the interpreter (FAST_DIV 1)
-            r1 = (libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff)) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
+        elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast (a tile with f out of range takes the rare branch),
+            # the IEEE division in the interpreter (FAST_DIV 1)
+            r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
             r = r1[:, :, None, None]
             if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
                 rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
@@ -1017,7 +1017,7 @@ _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32
           "row_codes": (1, 32, 1, False, 4),
           "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
           "col_codes": (64, 8, 4), "col_codes_heavy": (32, 4, 1), "col_codes_sr": (64, 4, 4),
-          "col_codes_e8m0": (64, 4, 4, True), "col_codes_e8m0_heavy": (32, 4, 2, True), "2d": (16, 16, 4),
+          "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4),
           "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1, True), "row_codes": (1, 64, 1),
                     "col_codes": (32, 4, 1), "dequantize": (1, 64, 1)}

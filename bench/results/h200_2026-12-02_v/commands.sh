@@ -5,7 +5,13 @@
 #                                                          the power-of-two scale, no y; NVFP4's codes: |y|
 #                                                          unclamped where it stays under 8; codes programs
 #                                                          of 8 and 16 tiles, unrolled by 4; against 874c9b0's
-#                                                          kernels; RN(1 / f) by _rcp_fast with RHT)
+#                                                          kernels; RN(1 / f) by _rcp_fast with RHT; MXFP4's
+#                                                          column codes tiles; the call's row results were
+#                                                          lost: more than 8 files came back)
+#   bash bench/results/h200_2026-12-02_v/commands.sh 2  -> call2_*  (RN(1 / f) by _rcp_fast everywhere, MXFP4's
+#                                                          column codes with RHT at (64, 4, 4, m_first): row and
+#                                                          column codes against 874c9b0's kernels, row codes
+#                                                          programs of 8 and 16 tiles, column codes tiles)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py;
 # kernels_rcp.py is the call's kernels.py so cut, with RN(1 / f) by _rcp_fast also with RHT:
 #   sed -i 's/(libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff))/_rcp_fast(ff)/' kernels_rcp.py
@@ -14,7 +20,7 @@ py=${PYTHON:-python3}; out=${OUT:-runs/v}; mkdir -p "$out"; export PYTHONUNBUFFE
 here=bench/results/h200_2026-12-02_s/scripts  # set s's graph_ab.py
 cat REV > "$out/commit.txt" 2>/dev/null || git rev-parse --short HEAD > "$out/commit.txt"
 c=${1:-1}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv > "$out/call${c}_smi.txt" 2>&1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv >> "$out/commit.txt" 2>&1
 case "$c" in
 1)  timeout 150 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_874c9b0.py \
         --shapes "None old (1,32,1,False,8) (1,32,1,False,16)" --alone-shapes "None old (1,32,1,False,8)" \
@@ -31,3 +37,17 @@ case "$c" in
             --out "$out/call1_rcp_dim${d}.json" > "$out/call1_rcp_dim${d}.txt" 2>&1
     done ;;
 esac
+case "$c" in
+2)  timeout 150 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_874c9b0.py \
+        --shapes "None old (1,32,1,False,8) (1,32,1,False,16)" --alone-shapes "None old" \
+        --out "$out/call2_rows_codes.json" > "$out/call2_rows_codes.txt" 2>&1
+    timeout 150 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 --old kernels_874c9b0.py \
+        --shapes "None old (64,4,4,True) (64,4,2,True) (32,4,1,True) (32,4,2,True) (64,8,4,True)" --alone-shapes "None" \
+        --out "$out/call2_cols_codes.json" > "$out/call2_cols_codes.txt" 2>&1
+    for d in -1 0; do
+        timeout 80 $py $here/graph_ab.py --dim $d --outputs dequant --rounds 3 --old kernels_874c9b0.py \
+            --shapes "None old" --alone-shapes "None" \
+            --out "$out/call2_dequant_dim${d}.json" > "$out/call2_dequant_dim${d}.txt" 2>&1
+    done ;;
+esac
+(cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
