@@ -1012,7 +1012,7 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # (128, 2, 4, m_first), but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but
 # NVFP4's (0.95x at (32, 4, 2) x 4). Column codes with RHT at one warp (32, 4, 1), no barrier between warps at the
 # fast-range test, against (64, 4, 4): E2M1 0.98x, UFP4 0.98x, NVFP4 1.00x; SR 1.05x (its kind keeps it).
-# MXFP4's column codes with RHT at (32, 4, 2, m_first): 0.96-0.97x (without RHT 1.13x there)
+# MXFP4's column codes with RHT at (64, 4, 4, m_first), as without: 0.87x against (32, 4, 2, m_first)
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
           "row_codes": (1, 32, 1, False, 4),
           "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
@@ -1073,11 +1073,10 @@ def _check_device(x: torch.Tensor) -> bool:
 def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m0: bool = False, sr: bool = False,
                interpret: bool = False) -> str:
     """The key of _TILES (_TILES_INTERPRET) whose tile a quantize kernel takes: the most specific of
-    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_heavy" with RHT or SR;
-    "_e8m0_heavy" first) that the table holds."""
+    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_heavy" with RHT or SR)
+    that the table holds."""
     kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
-    keys = [kind + "_e8m0_heavy"] * (e8m0 and colwise and heavy) + [kind + "_e8m0"] * (e8m0 and colwise) + \
-        [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
+    keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
     return next(k for k in keys if k in (_TILES_INTERPRET if interpret else _TILES))
 
 
