@@ -12,6 +12,9 @@
 #                                                          column codes with RHT at (64, 4, 4, m_first): row and
 #                                                          column codes against 874c9b0's kernels, row codes
 #                                                          programs of 8 and 16 tiles, column codes tiles)
+#   bash bench/results/h200_2026-12-02_v/commands.sh 3  -> call3_*  (blocks an SM and times under the default and
+#                                                          the largest shared-memory carveout, every timed
+#                                                          kernel; MXFP4's codes without RHT back to y = x * f)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py;
 # kernels_rcp.py is the call's kernels.py so cut, with RN(1 / f) by _rcp_fast also with RHT:
 #   sed -i 's/(libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff))/_rcp_fast(ff)/' kernels_rcp.py
@@ -49,5 +52,9 @@ case "$c" in
             --shapes "None old" --alone-shapes "None" \
             --out "$out/call2_dequant_dim${d}.json" > "$out/call2_dequant_dim${d}.txt" 2>&1
     done ;;
+3)  timeout 420 $py bench/results/h200_2026-12-02_v/scripts/carveout_probe.py > "$out/call3_carveout.txt" 2>&1
+    timeout 100 $py $here/graph_ab.py --dim -1 --outputs codes --specs MXFP4,NVFP4 --rounds 3 --old kernels_874c9b0.py \
+        --shapes "None old" --alone-shapes "None old" \
+        --out "$out/call3_rows_codes.json" > "$out/call3_rows_codes.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
