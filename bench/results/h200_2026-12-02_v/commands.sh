@@ -15,6 +15,8 @@
 #   bash bench/results/h200_2026-12-02_v/commands.sh 3  -> call3_*  (blocks an SM and times under the default and
 #                                                          the largest shared-memory carveout, every timed
 #                                                          kernel; MXFP4's codes without RHT back to y = x * f)
+#   bash bench/results/h200_2026-12-02_v/commands.sh 4  -> call4_*  (the checked kernel table; the dense 1.5B step,
+#                                                          every recipe beside bf16, blocks compiled)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py;
 # kernels_rcp.py is the call's kernels.py so cut, with RN(1 / f) by _rcp_fast also with RHT:
 #   sed -i 's/(libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff))/_rcp_fast(ff)/' kernels_rcp.py
@@ -56,5 +58,9 @@ case "$c" in
     timeout 100 $py $here/graph_ab.py --dim -1 --outputs codes --specs MXFP4,NVFP4 --rounds 3 --old kernels_874c9b0.py \
         --shapes "None old" --alone-shapes "None old" \
         --out "$out/call3_rows_codes.json" > "$out/call3_rows_codes.txt" 2>&1 ;;
+4)  timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call4_kernels_checked.json" \
+        > "$out/call4_kernels_checked.txt" 2>&1
+    timeout 330 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call4_dense_blocks.json" \
+        > "$out/call4_dense_blocks.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
