@@ -17,6 +17,9 @@
 #                                                          kernel; MXFP4's codes without RHT back to y = x * f)
 #   bash bench/results/h200_2026-12-02_v/commands.sh 4  -> call4_*  (the checked kernel table; the dense 1.5B step,
 #                                                          every recipe beside bf16, blocks compiled)
+#   bash bench/results/h200_2026-12-02_v/commands.sh 5  -> call5_*  (the checked kernel table again: call 4's had
+#                                                          SR's column codes with RHT at 0.106 ms, 0.068 in calls
+#                                                          2 and 3 with the same sm_90 code)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py;
 # kernels_rcp.py is the call's kernels.py so cut, with RN(1 / f) by _rcp_fast also with RHT:
 #   sed -i 's/(libdevice.rcp_rn(ff) if RHT else _rcp_fast(ff))/_rcp_fast(ff)/' kernels_rcp.py
@@ -62,5 +65,7 @@ case "$c" in
         > "$out/call4_kernels_checked.txt" 2>&1
     timeout 330 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call4_dense_blocks.json" \
         > "$out/call4_dense_blocks.txt" 2>&1 ;;
+5)  timeout 240 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call5_kernels_checked.json" \
+        > "$out/call5_kernels_checked.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
