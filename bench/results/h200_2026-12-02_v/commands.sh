@@ -7,7 +7,7 @@
 #                                                          of 8 and 16 tiles, unrolled by 4; against 874c9b0's
 #                                                          kernels; RN(1 / f) by _rcp_fast with RHT; MXFP4's
 #                                                          column codes tiles; the call's row results were
-#                                                          lost: more than 8 files came back)
+#                                                          not kept)
 #   bash bench/results/h200_2026-12-02_v/commands.sh 2  -> call2_*  (RN(1 / f) by _rcp_fast everywhere, MXFP4's
 #                                                          column codes with RHT at (64, 4, 4, m_first): row and
 #                                                          column codes against 874c9b0's kernels, row codes
