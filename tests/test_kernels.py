@@ -134,11 +134,13 @@ def test_nonfinite_blocks_dequantize_to_nan(scale, use_rht):
     assert ((codes.cpu() & 0x77)[byte_bad] == 0).all()
 
 
-@pytest.mark.parametrize("scale", ["fp32", "e4m3"])
+@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 @pytest.mark.parametrize("magnitude", [1e-36, 1e-28, 1e30, 5e36, 3e37])
 def test_whole_tensor_far_from_one_is_bit_identical(scale, magnitude):
     """Tensors whose every block scale (and e4m3's tensor scale) lies outside or at the edge of the
-    kernels' fast division range [2**-98, 2**123] take the reference's steps, with the same bits."""
+    kernels' fast division range [2**-98, 2**123] take the reference's steps, with the same bits; so
+    do the codes without the dequant output (e8m0 with RHT: the level lines of x times block factors
+    down to 2**-128, with no reference steps)."""
     g = torch.Generator().manual_seed(11)
     x = (torch.randn(32, 48, generator=g) * magnitude).clamp(-3e38, 3e38)
     x[1, :16] *= 100.0
@@ -152,6 +154,9 @@ def test_whole_tensor_far_from_one_is_bit_identical(scale, magnitude):
             assert_same_bits(scales, ref.scales, what + " scales")
             assert_same_bits(t, ref.tensor_scale, what + " tensor scale")
             assert_same_bits(dq, ref.dequantize(keep_rotated=True), what + " dequant")
+            codes, scales, _, _ = kernels.quantize(x.to(DEV), **kernel_args(spec, dim, want_dequant=False))
+            assert_same_bits(codes, ref.codes, what + " codes without dequant")
+            assert_same_bits(scales, ref.scales, what + " scales without dequant")
 
 
 def test_the_interpreters_fma_is_fused():
