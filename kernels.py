@@ -521,15 +521,23 @@ def _bf16_rne(f):
 
 
 @triton.jit
-def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
+def _tensor_scale(amax_ptr, G: tl.constexpr):
+    """e4m3's tensor scale t = amax_T / (448 g) (1 for amax_T = 0) and RN(1 / t), from the tensor amax's
+    bits at amax_ptr: once a program (per tile, the two IEEE divisions took 1.1 instructions an element)."""
+    amax_t = _bits_to_f32(tl.load(amax_ptr))
+    t = tl.where(amax_t > 0, tl.math.div_rn(amax_t, 448.0 * G), 1.0)
+    return t, tl.math.div_rn(1.0, t)
+
+
+@triton.jit
+def _block_scale(amax, finite, t, it, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
                  RG: tl.constexpr = 0.0, X_BF16: tl.constexpr = False):
-    """Block amax [BM, NG] (0 for non-finite blocks) -> (f, deq, stored, t): y = x / f (fp32 scales) or
-    y = x * f (e4m3, e8m0); dequant = q * deq (NaN for non-finite blocks); the scale as stored; the
-    tensor scale t. RG = RN(1 / g): amax / g (and e4m3's / t) by _div_fast, exact for amax >= 2**-100
-    (or 0), s finite and t in [2**-100, 2**125] (else the caller computes it again: fp32 scales then
-    have an f out of the kernel's fast range, e4m3 scales are checked for both). X_BF16 (amax is a bf16
-    value): amax / g by _div_bf16."""
-    t = tl.full((), 1.0, tl.float32)
+    """Block amax [BM, NG] (0 for non-finite blocks) -> (f, deq, stored): y = x / f (fp32 scales) or
+    y = x * f (e4m3, e8m0); dequant = q * deq (NaN for non-finite blocks); the scale as stored. t, it:
+    e4m3's tensor scale and RN(1 / t) (_tensor_scale), else unused. RG = RN(1 / g): amax / g (and e4m3's
+    / t) by _div_fast, exact for amax >= 2**-100 (or 0), s finite and t in [2**-100, 2**125] (else the
+    caller computes it again: fp32 scales then have an f out of the kernel's fast range, e4m3 scales are
+    checked for both). X_BF16 (amax is a bf16 value): amax / g by _div_bf16."""
     if RG != 0.0:  # amax / g
         if X_BF16:
             ag = _div_bf16(amax, tl.full((), G, tl.float32), RG)
@@ -540,10 +548,7 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
         f = tl.where(s > 0, s, 1.0)  # (non-finite blocks have amax 0 here)
         deq = tl.where(finite, s, float("nan"))
         stored = deq
-    elif SCALE == 1:  # e4m3: t = amax_T / (448 g); sb = e4m3(clamp((amax / g) / t)); f = (1 / t) / sb
-        amax_t = _bits_to_f32(tl.load(amax_ptr))
-        t = tl.where(amax_t > 0, tl.math.div_rn(amax_t, 448.0 * G), 1.0)
-        it = tl.math.div_rn(1.0, t)
+    elif SCALE == 1:  # e4m3: sb = e4m3(clamp((amax / g) / t)); f = (1 / t) / sb
         if RG != 0.0:  # exact while amax >= 2**-100 (or 0) and t in the fast range
             v = _div_fast(ag, t, it)
         else:
@@ -560,7 +565,7 @@ def _block_scale(amax, finite, amax_ptr, SCALE: tl.constexpr, G: tl.constexpr, E
         f = _pow2(-tl.maximum(e, -126))
         deq = tl.where(finite, _pow2(e), float("nan"))
         stored = tl.where(finite, e + 127, 255)
-    return f, deq, stored, t
+    return f, deq, stored
 
 
 @triton.jit
@@ -824,6 +829,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     if COLWISE:
         M = COLS
     signs = _signs(signs_ptr) if RHT else None
+    t = tl.full((), 1.0, tl.float32)  # e4m3's tensor scale (else 1) and its reciprocal
+    it = t
+    if SCALE == 1:
+        t, it = _tensor_scale(amax_ptr, G)
     # LOOP tiles a program, along the grid's first axis: each loop step first loads the next tile, so
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
@@ -850,7 +859,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         amax = tl.where(finite, a, 0.0)
         if RHT:
             amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
-        f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
+        f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
         # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
         if (RHT or SCALE != 2) and not FOLD:  # (e4m3's f may be NaN: outside too)
             if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
@@ -904,7 +913,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
             # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
             if RG != 0.0:  # the fast s = amax / g may be off here
-                f, deq, stored, t = _block_scale(amax, finite, amax_ptr, SCALE, G, E8_SHIFT)
+                f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
             if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
                 # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
                 # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
