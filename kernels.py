@@ -232,13 +232,14 @@ def _to_f32(v, X_BITS: tl.constexpr):
 
 
 @triton.jit
-def _from_words(w, s_odd=None):
+def _from_words(w, s_odd=None, m16=None):
     """Words [BM, NG, 4] of two elements each (bf16: int32, fp32: int64; element 2i in the low half of
     word i) -> their 8 elements [BM, NG, 8] in fp32, by a shift and a mask each. s_odd: the sign bits
     [1, 1, 4] of the odd elements' RHT signs, xor-ed into those elements (bf16: in the same 3-input
-    logic instruction as the mask)."""
+    logic instruction as the mask). m16: 2**16 that the compiler cannot see, so that the shift is an
+    integer multiply (_pack_codes says why)."""
     if w.dtype == tl.int32:
-        ev = _bits_to_f32(w << 16)
+        ev = _bits_to_f32(w << 16 if m16 is None else w * m16)
         od = w & -65536
     else:
         ev = _bits_to_f32(w.to(tl.int32))
@@ -248,7 +249,8 @@ def _from_words(w, s_odd=None):
 
 
 @triton.jit
-def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr, signs=None, words=None):
+def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr, signs=None, words=None,
+               m16=None):
     """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0), base and mask from _load_offsets.
     bf16 x comes as words of two elements, split by a shift and a mask (cheaper than the compiler's
     conversions, and exact in the interpreter): rowwise two of a group (_from_words), columnwise
@@ -256,7 +258,8 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
     signs: the RHT signs [1, 1, 8, 2] (±1): the odd elements come out times their signs (_rotate
     takes them so), their sign bits xor-ed in by the instruction that splits a bf16 word (the mask
     of the high half; the shift of the low half becomes a shift-add of the sign bit), or by one
-    instruction in place of the multiply. words: the tile's data as _load_words loaded it (else loaded here)."""
+    instruction in place of the multiply. words: the tile's data as _load_words loaded it (else loaded here).
+    m16: _from_words'."""
     if COLWISE:
         r_lo, r_hi = tl.split(_load_words(x_ptr, base, mask, M, True) if words is None else words)
         rl = _split8(r_lo)
@@ -275,10 +278,11 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
             r = rh[k - 8] if k >= 8 else rl[k]
             if x_ptr.dtype.element_ty == tl.int32:  # words of the groups m, m + 1 (_load_offsets)
                 w = r  # [BM // 2, NG]
+                lo = w << 16 if m16 is None else w * m16
                 if sb is not None:
-                    v = tl.join(_bits_to_f32((w << 16) + sb), _bits_to_f32((w & -65536) ^ sb))
+                    v = tl.join(_bits_to_f32(lo + sb), _bits_to_f32((w & -65536) ^ sb))
                 else:
-                    v = tl.join(_bits_to_f32(w << 16), _bits_to_f32(w & -65536))
+                    v = tl.join(_bits_to_f32(lo), _bits_to_f32(w & -65536))
                 xk = tl.reshape(tl.permute(v, (0, 2, 1)), (2 * w.shape[0], w.shape[1]))
             else:
                 xk = _to_f32(r, X_BITS)
@@ -295,8 +299,8 @@ def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr, X_BITS: tl.constexpr
             s_lo = tl.split(h0)[1]
             s_hi = tl.split(h1)[1]
         w_lo, w_hi = tl.split(_load_words(x_ptr, base, mask, M, False) if words is None else words)
-        lo = _from_words(w_lo, s_lo)
-        hi = _from_words(w_hi, s_hi)
+        lo = _from_words(w_lo, s_lo, m16)
+        hi = _from_words(w_hi, s_hi, m16)
     return tl.join(lo, hi)
 
 
@@ -610,15 +614,19 @@ def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.cons
 
 
 @triton.jit
-def _pack_codes(idx, xbits, finite, SAT: tl.constexpr = False):
+def _pack_codes(idx, xbits, finite, nib, OFF: tl.constexpr = 0, SAT: tl.constexpr = False):
     """Level indices [BM, NG, 8, 2] (element j + 8h) and the fp32 bits of x (their signs) -> 4-bit codes
     sign<<3 | index packed in one int64 word per group [BM, NG], element i in bits 4i..4i+3
     (little-endian: byte i holds elements 2i, 2i + 1 in its low, high nibble), so a group's 8 bytes are
     one store; non-finite groups get code 0 (their indices are anything). Each half builds its 32-bit
     word from element 7 down, one instruction per element for each of two words: the indices by
     w * 16 + idx, the signs by a funnel shift taking x's top 4 bits (s << 4 | bits >> 28, kept to the
-    sign bits by one final mask). SAT: indices of 8 (a level above the grid's last) are taken down to 7,
-    a word's nibbles at once."""
+    sign bits by one final mask). idx holds the indices plus OFF, a constant taken off once a word (OFF
+    times 0x11111111, mod 2**32). nib is 16, a kernel argument: the compiler cannot make w * nib + idx a
+    shift-and-add, which sm_90 runs on the integer ALU pipe beside the signs' shifts and the maxima; as
+    an integer multiply-add it runs on the FMA pipe. SAT: indices of 8 (a level above the grid's last)
+    are taken down to 7, a word's nibbles at once."""
+    OFF_W: tl.constexpr = (OFF * 0x11111111) % 2**32 - (2**32 if (OFF * 0x11111111) % 2**32 >= 2**31 else 0)
     i_lo, i_hi = tl.split(idx)
     s_lo, s_hi = tl.split(xbits.to(tl.uint32, bitcast=True))
     words = ()
@@ -628,8 +636,10 @@ def _pack_codes(idx, xbits, finite, SAT: tl.constexpr = False):
         w = i[7]
         s = b[7] >> 28
         for k in tl.static_range(6, -1, -1):
-            w = w * 16 + i[k]
+            w = w * nib + i[k]
             s = (s << 4) | (b[k] >> 28)
+        if OFF_W != 0:
+            w = w - OFF_W
         if SAT:
             w = w - ((w >> 3) & 0x11111111)
         words = words + ((s & 0x88888888).to(tl.int32, bitcast=True) | w,)
@@ -797,7 +807,7 @@ def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, 
 
 @triton.jit(do_not_specialize=["seed"])
 def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
-                     M, K, seed,
+                     M, K, seed, nib,
                      SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
                      BLOCK_2D: tl.constexpr,
                      COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
@@ -845,7 +855,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         pid_g = pid_b if M_FIRST else pid_a + i
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
-        x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw)  # [BM, NG, 8, 2] fp32
+        x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw, nib << 12)  # [BM, NG, 8, 2] fp32
         if LOOP > 1:
             xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         pm = None
@@ -950,7 +960,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
                                     fe if FOLD else None)
             if WANT_CODES:
-                words = _pack_codes(idx, xbits, finite, SAT)        # [BM, NG] int64: a group's bytes
+                # the indices as idx + OFF (the rounding's constant, which the compiler then drops)
+                OFF: tl.constexpr = 0x4B000000 if not (UNIFORM or SR or WANT_DEQUANT) else \
+                    (0x46800001 if SR else CB) if UNIFORM else 0
+                words = _pack_codes(idx + OFF, xbits, finite, nib, OFF, SAT)  # [BM, NG] int64: a group's bytes
 
         if WANT_CODES:
             tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
@@ -1343,7 +1356,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     xk = _tile_input(x, p.colwise, interpret, p.words)
     args = (xk, (out.view(torch.int16) if p.out_mode == 2 else out) if want_dequant else tscale,
             codes.view(torch.int64) if want_codes else tscale, scales if want_codes else tscale, signs, amax, tscale,
-            tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed,
+            tscale if seed_t is None else seed_t, p.M, p.K, 0 if seed_t is not None else seed, 16,
             seed_t is not None) + p.constexprs
     aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16,
                out.data_ptr() % 16 if want_dequant else 0)
@@ -1435,7 +1448,7 @@ def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode
     types = [col if p.colwise else words,
              "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
              ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",
-             "*i32" if scale_mode == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32"]
+             "*i32" if scale_mode == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32", "i32"]
     names = _quantize_kernel.arg_names
     constexprs = dict(zip(names[len(types):], (False,) + p.constexprs))
     signature = dict(zip(names, types), **{k: "constexpr" for k in constexprs})
