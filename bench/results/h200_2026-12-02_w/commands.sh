@@ -4,7 +4,10 @@
 #   bash bench/results/h200_2026-12-02_w/commands.sh 1  -> call1_*  (e4m3's tensor scale once a program; the
 #                                                          codes' nibbles and the bf16 words' low halves by
 #                                                          integer multiplies: row and column codes, dequant,
-#                                                          against eaa5cfd's kernels and cfe752a's)
+#                                                          against eaa5cfd's kernels and cfe752a's; row codes
+#                                                          with RHT capped at 64 registers a thread, kernels_r64.py)
+# kernels_r64.py: this commit's kernels.py so cut, with ("maxnreg", 64) added to the launch options of
+# row codes with RHT (_plan's return)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/w}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -13,17 +16,20 @@ cat REV > "$out/commit.txt" 2>/dev/null || git rev-parse --short HEAD > "$out/co
 c=${1:-1}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv >> "$out/commit.txt" 2>&1
 case "$c" in
-1)  timeout 150 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_eaa5cfd.py \
+1)  timeout 120 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_eaa5cfd.py \
         --shapes "None old" --alone-shapes "None old" \
         --out "$out/call1_rows_codes.json" > "$out/call1_rows_codes.txt" 2>&1
-    timeout 100 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_cfe752a.py \
+    timeout 90 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_cfe752a.py \
         --shapes "None old" --alone-shapes "None old" \
         --out "$out/call1_rows_codes_imad.json" > "$out/call1_rows_codes_imad.txt" 2>&1
-    timeout 120 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 --old kernels_eaa5cfd.py \
+    timeout 70 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_r64.py \
+        --shapes "None old" --alone-shapes "None" \
+        --out "$out/call1_rows_codes_r64.json" > "$out/call1_rows_codes_r64.txt" 2>&1
+    timeout 110 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 --old kernels_eaa5cfd.py \
         --shapes "None old" --alone-shapes "None old" \
         --out "$out/call1_cols_codes.json" > "$out/call1_cols_codes.txt" 2>&1
     for d in -1 0; do
-        timeout 100 $py $here/graph_ab.py --dim $d --outputs dequant --rounds 3 --old kernels_eaa5cfd.py \
+        timeout 90 $py $here/graph_ab.py --dim $d --outputs dequant --rounds 3 --old kernels_eaa5cfd.py \
             --shapes "None old" --alone-shapes "None old" \
             --out "$out/call1_dequant_dim${d}.json" > "$out/call1_dequant_dim${d}.txt" 2>&1
     done ;;
