@@ -843,14 +843,15 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     it = t                            # along rows, per tile along columns (fewer registers there)
     if SCALE == 1 and not COLWISE:
         t, it = _tensor_scale(amax_ptr, G)
-    # row codes: the nibbles and the bf16 words' low halves by integer multiplies (_pack_codes), 0.93-0.95x
-    # the time with RHT or SR, H200; columns (1.03-1.09x) and dequant outputs keep the shifts
-    MUL_INT: tl.constexpr = not (COLWISE or WANT_DEQUANT)
+    # row codes: the nibbles by integer multiplies (_pack_codes; with RHT or SR 0.93-0.97x the time, H200),
+    # and with e4m3 or e8m0 scales the bf16 words' low halves too (MXFP4 0.98-0.99x; with the fp32 scales'
+    # divisions on the FMA pipe, E2M1 1.015x); columns (1.03-1.09x) and dequant outputs keep the shifts
     m16 = None
     mul16 = 16
-    if MUL_INT:
+    if not (COLWISE or WANT_DEQUANT):
         mul16 = nib
-        m16 = nib << 12
+        if SCALE != 0:
+            m16 = nib << 12
     # LOOP tiles a program, along the grid's first axis: each loop step first loads the next tile, so
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP

@@ -6,7 +6,14 @@
 #                                                          integer multiplies: row and column codes, dequant,
 #                                                          against eaa5cfd's kernels and cfe752a's; row codes
 #                                                          with RHT capped at 64 registers a thread, kernels_r64.py)
-# kernels_r64.py: this commit's kernels.py so cut, with ("maxnreg", 64) added to the launch options of
+#   bash bench/results/h200_2026-12-02_w/commands.sh 2  -> call2_*  (integer multiplies for row codes only: column
+#                                                          codes against eaa5cfd's; row codes against the same
+#                                                          kernels without the bf16 words' multiply (kernels_nom16.py)
+#                                                          and without the nibbles' (kernels_nonib.py); the checked
+#                                                          kernel table; the dense 1.5B step, blocks compiled)
+# kernels_nom16.py, kernels_nonib.py: call 2's kernels.py so cut, with `m16 = nib << 12` made `m16 = None`,
+# and `mul16 = nib` made `mul16 = 16`
+# kernels_r64.py: call 1's kernels.py so cut, with ("maxnreg", 64) added to the launch options of
 # row codes with RHT (_plan's return)
 # kernels_X.py is made by: git show X:kernels.py | sed '/^_LIB = torch.library.Library/,$d' > kernels_X.py
 set -u
@@ -33,5 +40,17 @@ case "$c" in
             --shapes "None old" --alone-shapes "None old" \
             --out "$out/call1_dequant_dim${d}.json" > "$out/call1_dequant_dim${d}.txt" 2>&1
     done ;;
+2)  timeout 60 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 --old kernels_eaa5cfd.py \
+        --shapes "None old" --alone-shapes "None old" \
+        --out "$out/call2_cols_codes.json" > "$out/call2_cols_codes.txt" 2>&1
+    for v in nom16 nonib; do
+        timeout 50 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_$v.py \
+            --shapes "None old" --alone-shapes "None old" \
+            --out "$out/call2_rows_codes_$v.json" > "$out/call2_rows_codes_$v.txt" 2>&1
+    done
+    timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call2_kernels_checked.json" \
+        > "$out/call2_kernels_checked.txt" 2>&1
+    timeout 250 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call2_dense_blocks.json" \
+        > "$out/call2_dense_blocks.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
