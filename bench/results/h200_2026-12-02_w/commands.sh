@@ -11,6 +11,9 @@
 #                                                          kernels without the bf16 words' multiply (kernels_nom16.py)
 #                                                          and without the nibbles' (kernels_nonib.py); the checked
 #                                                          kernel table; the dense 1.5B step, blocks compiled)
+#   bash bench/results/h200_2026-12-02_w/commands.sh 3  -> call3_*  (the bf16 words' multiply only with e4m3 or e8m0
+#                                                          scales: row codes against 99f0229's kernels; the checked
+#                                                          kernel table)
 # kernels_nom16.py, kernels_nonib.py: call 2's kernels.py so cut, with `m16 = nib << 12` made `m16 = None`,
 # and `mul16 = nib` made `mul16 = 16`
 # kernels_r64.py: call 1's kernels.py so cut, with ("maxnreg", 64) added to the launch options of
@@ -52,5 +55,10 @@ case "$c" in
         > "$out/call2_kernels_checked.txt" 2>&1
     timeout 250 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call2_dense_blocks.json" \
         > "$out/call2_dense_blocks.txt" 2>&1 ;;
+3)  timeout 60 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_99f0229.py \
+        --shapes "None old" --alone-shapes "None old" \
+        --out "$out/call3_rows_codes.json" > "$out/call3_rows_codes.txt" 2>&1
+    timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call3_kernels_checked.json" \
+        > "$out/call3_kernels_checked.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
