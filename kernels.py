@@ -843,7 +843,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     it = t                            # along rows, per tile along columns (fewer registers there)
     if SCALE == 1 and not COLWISE:
         t, it = _tensor_scale(amax_ptr, G)
-    # row codes: the nibbles by integer multiplies (_pack_codes; with RHT or SR 0.93-0.97x the time, H200),
+    # row codes: the nibbles by integer multiplies (_pack_codes; with RHT or SR 0.93-0.98x the time, H200),
     # and with e4m3 or e8m0 scales the bf16 words' low halves too (MXFP4 0.98-0.99x; with the fp32 scales'
     # divisions on the FMA pipe, E2M1 1.015x); columns (1.03-1.09x) and dequant outputs keep the shifts
     m16 = None
