@@ -884,18 +884,23 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
         if (RHT or SCALE != 2) and not FOLD:  # (e4m3's f may be NaN: outside too)
             if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
-                bad = _outside_fast_range(f, 0x71800000)
+                top: tl.constexpr = 0x71800000
             elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
-                bad = _outside_fast_range(f, 0x78000000)
+                top: tl.constexpr = 0x78000000
             elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
-                bad = _outside_fast_range(f, 0x7C800000)
+                top: tl.constexpr = 0x7C800000
             else:
-                bad = _outside_fast_range(f)
-            if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
-                bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
-            if SAT and SCALE == 1:  # |y| <= RN(amax * f) (rounding is monotone): under 8 unless amax_T < amax
-                bad = bad | (amax * f >= 8.0)
-            rare = tl.max(bad.to(tl.int32)) > 0
+                top: tl.constexpr = 0x7D000000
+            if SCALE == 0:  # one test: the tile's largest bits(f) - bits(2**-98), unsigned (_outside_fast_range)
+                rare = tl.max(f.to(tl.uint32, bitcast=True) - 0x0E800000) > top - 0x0E800000
+            else:
+                bad = _outside_fast_range(f, top)
+                if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
+                    bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | \
+                        _outside_fast_range(t + tl.zeros_like(amax))
+                if SAT and SCALE == 1:  # |y| <= RN(amax * f) (rounding is monotone): under 8 unless amax_T < amax
+                    bad = bad | (amax * f >= 8.0)
+                rare = tl.max(bad.to(tl.int32)) > 0
         else:  # e8m0 without RHT: y = x * 2**-e is exact; FOLD: so is x * f / 4 and each line's product
             rare = False
         ff = f
@@ -933,6 +938,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
             # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
             # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
+            if SCALE == 0:
+                bad = _outside_fast_range(f, top)  # the groups of the fast f out of range
             if RG != 0.0:  # the fast s = amax / g may be off here
                 f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
             if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must

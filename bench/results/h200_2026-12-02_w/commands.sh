@@ -14,6 +14,9 @@
 #   bash bench/results/h200_2026-12-02_w/commands.sh 3  -> call3_*  (the bf16 words' multiply only with e4m3 or e8m0
 #                                                          scales: row codes against 99f0229's kernels; the checked
 #                                                          kernel table)
+#   bash bench/results/h200_2026-12-02_w/commands.sh 4  -> call4_*  (fp32 scales' fast-range test as one unsigned
+#                                                          max a tile: codes against 2c8eace's kernels; the
+#                                                          checked kernel table)
 # kernels_nom16.py, kernels_nonib.py: call 2's kernels.py so cut, with `m16 = nib << 12` made `m16 = None`,
 # and `mul16 = nib` made `mul16 = 16`
 # kernels_r64.py: call 1's kernels.py so cut, with ("maxnreg", 64) added to the launch options of
@@ -60,5 +63,12 @@ case "$c" in
         --out "$out/call3_rows_codes.json" > "$out/call3_rows_codes.txt" 2>&1
     timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call3_kernels_checked.json" \
         > "$out/call3_kernels_checked.txt" 2>&1 ;;
+4)  for d in -1 0; do
+        timeout 60 $py $here/graph_ab.py --dim $d --outputs codes --rounds 3 --old kernels_2c8eace.py \
+            --shapes "None old" --alone-shapes "None old" \
+            --out "$out/call4_codes_dim$d.json" > "$out/call4_codes_dim$d.txt" 2>&1
+    done
+    timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call4_kernels_checked.json" \
+        > "$out/call4_kernels_checked.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
