@@ -622,13 +622,14 @@ def _pack_codes(idx, xbits, finite, nib, OFF: tl.constexpr = 0, SAT: tl.constexp
     one store; non-finite groups get code 0 (their indices are anything). Each half builds its 32-bit
     word from element 7 down, one instruction per element for each of two words: the indices by
     w * 16 + idx, the signs by a funnel shift taking x's top 4 bits (s << 4 | bits >> 28, kept to the
-    sign bits by one final mask). idx holds the indices plus OFF, a constant taken off once a word (OFF
-    times 0x11111111, mod 2**32). nib is 16, a kernel argument: the compiler cannot make w * nib + idx a
+    sign bits by one final mask). OFF: the constant the rounding took off the indices (bits(v) - OFF),
+    added back here, which the compiler drops, and taken off once a word (OFF times 0x11111111, mod
+    2**32): with w * nib it could not fold it a word itself. nib is 16, a kernel argument: the compiler cannot make w * nib + idx a
     shift-and-add, which sm_90 runs on the integer ALU pipe beside the signs' shifts and the maxima; as
     an integer multiply-add it runs on the FMA pipe. SAT: indices of 8 (a level above the grid's last)
     are taken down to 7, a word's nibbles at once."""
     OFF_W: tl.constexpr = (OFF * 0x11111111) % 2**32 - (2**32 if (OFF * 0x11111111) % 2**32 >= 2**31 else 0)
-    i_lo, i_hi = tl.split(idx)
+    i_lo, i_hi = tl.split(idx + OFF)
     s_lo, s_hi = tl.split(xbits.to(tl.uint32, bitcast=True))
     words = ()
     for half in tl.static_range(2):
@@ -939,8 +940,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
             # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
             # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
-            if SCALE == 0:
-                bad = _outside_fast_range(f, top)  # the groups of the fast f out of range
+            if SCALE == 0 and SR and FAST_DIV:
+                bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
             if RG != 0.0:  # the fast s = amax / g may be off here
                 f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
             if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
@@ -979,10 +980,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
                                     fe if FOLD else None)
             if WANT_CODES:
-                # the indices as idx + OFF (the rounding's constant, which the compiler then drops)
+                # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
                 OFF: tl.constexpr = 0x4B000000 if not (UNIFORM or SR or WANT_DEQUANT) else \
                     (0x46800001 if SR else CB) if UNIFORM else 0
-                words = _pack_codes(idx + OFF, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
+                words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
 
         if WANT_CODES:
             tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
