@@ -155,9 +155,10 @@ def _rotate(v, signs, PAIR_MAX: tl.constexpr = 0):
 
 @triton.jit
 def _signs(signs_ptr):
-    """The 16 RHT signs as [1, 1, 8, 2], matching the tile layout."""
-    j = tl.arange(0, 8)[:, None] + 8 * tl.arange(0, 2)[None, :]
-    return tl.load(signs_ptr + j)[None, None, :, :]
+    """The 16 RHT signs as [1, 1, 8, 2], matching the tile layout: two halves of 8 contiguous values
+    (along rows four 16-byte loads, where the [8, 2] index j + 8h took 16 loads)."""
+    j = tl.arange(0, 8)[None, None, :]
+    return tl.join(tl.load(signs_ptr + j), tl.load(signs_ptr + 8 + j))
 
 
 @triton.jit
@@ -205,9 +206,19 @@ def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWIS
 @triton.jit
 def _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE: tl.constexpr, I64: tl.constexpr,
                   EVEN: tl.constexpr = False):
-    """_load_tile's offsets and mask: the tile's (base, mask), or for columnwise bf16 x read as words
-    of the two elements m, m + 1 (even M; _tile_input) those of the words, [BM // 2, NG]."""
-    if COLWISE and x_ptr.dtype.element_ty == tl.int32:
+    """_load_tile's offsets and mask: rowwise the words' offsets (two elements a word; computed from m
+    and g, not as base // 2, so that the next tile's are this one's plus a constant, which the loads
+    take as an immediate) and the tile's mask; columnwise the tile's (base, mask), or for bf16 x read
+    as words of the two elements m, m + 1 (even M; _tile_input) those of the words, [BM // 2, NG]."""
+    if not COLWISE:
+        BM: tl.constexpr = base.shape[0]
+        NG: tl.constexpr = base.shape[1]
+        m = pid_m * BM + tl.arange(0, BM)
+        g = pid_g * NG + tl.arange(0, NG)
+        mm = m.to(tl.int64) if I64 else m
+        gg = g.to(tl.int64) if I64 else g
+        base = mm[:, None] * (K // 2) + gg[None, :] * 8
+    elif x_ptr.dtype.element_ty == tl.int32:
         BM: tl.constexpr = base.shape[0] // 2
         NG: tl.constexpr = base.shape[1]
         w = pid_m * BM + tl.arange(0, BM)
@@ -317,19 +328,28 @@ def _load_words(x_ptr, base, mask, M, COLWISE: tl.constexpr):
         words = tl.join(_join8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]),
                         _join8(r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]))
     else:
-        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
+        p = x_ptr + base[:, :, None] + tl.arange(0, 4)[None, None, :]
         words = tl.join(tl.load(p, mask=mask[:, :, None], other=0), tl.load(p + 4, mask=mask[:, :, None], other=0))
     return words
 
 
 @triton.jit
-def _tile_words(x_ptr, pid_a, pid_b, M, K, valid, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
+def _tile_words(x_ptr, pid_a, i, pid_b, M, K, valid, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
                 I64: tl.constexpr, EVEN: tl.constexpr, M_FIRST: tl.constexpr):
-    """_load_words of the tile pid_a along the grid's first axis, pid_b along its second; none if not valid."""
+    """_load_words of the tile pid_a + i along the grid's first axis, pid_b along its second; none if not
+    valid. The offsets are tile pid_a's and x_ptr moves i tiles (for i a loop step's constant, the loads
+    take it as an immediate, where offsets of their own took 3 instructions a tile)."""
     pid_m = pid_a if M_FIRST else pid_b
     pid_g = pid_b if M_FIRST else pid_a
     _, _, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
     base, mask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
+    # the tile's own mask; x_ptr moved along the first axis (m or g) by i tiles
+    _, _, mask, b = _tile_offsets(pid_m + i if M_FIRST else pid_m, pid_g if M_FIRST else pid_g + i,
+                                  M, K, BM, NG, COLWISE, I64, EVEN)
+    _, mask = _load_offsets(x_ptr, pid_m + i if M_FIRST else pid_m, pid_g if M_FIRST else pid_g + i,
+                            M, K, b, mask, COLWISE, I64, EVEN)
+    words: tl.constexpr = 2 if x_ptr.dtype.element_ty == tl.int32 and COLWISE else 1  # elements a word, columnwise
+    x_ptr += i * (BM // words if M_FIRST else (NG * 8 if not COLWISE else NG * 16 // words * M))
     return _load_words(x_ptr, base, mask & valid, M, COLWISE)
 
 
@@ -423,20 +443,27 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
 
     INDEX_ONLY (E2M1, RTNE; the level value is not returned): the index is T(ay) rounded to an
     integer, T = min(2a, a + 2, a / 2 + 4) the piecewise-linear map of the levels onto 0..7 (between
-    two levels it is affine, so their midpoint maps to i + 1/2 and a tie to the even index). Each
-    line plus 2**23 is rounded once (an FMA or an add, |y| taken inside), and the min of the rounded
-    lines is the rounded min (rounding is monotone): five float instructions, where the exponent
-    arithmetic above takes five on the integer pipe. f (per group, a power of two): the index of
-    y * f, a product each line's FMA takes exactly (y * f is exact, or under 2**-126 and of level 0
-    all the same), one multiply an element less."""
+    two levels it is affine, so their midpoint maps to i + 1/2 and a tie to the even index). Each line is
+    rounded once, as one add to |y| (taken inside): a + 2**22 rounds 2a / 2 to a multiple of 1/2 (the
+    ulp there), a + 2**23 + 2 rounds a + 2 to an integer, a + 2**24 + 8 rounds (a / 2 + 4) * 2 to an
+    even integer, each RNE as T's rounding is (scaling by 2 is exact), and their bits count the line's
+    rounded value in those steps from 0x4A800000, 0x4B000000 + 0x800000 and 0x4B800000 + 0x1000000 on:
+    the index is the least count, two integer add-and-min instructions (the min of the rounded lines
+    is the rounded min: rounding is monotone). Five instructions, no constant held in a register
+    (multiplies by 2 and 1/2 took two); the exponent arithmetic above takes five on the integer pipe.
+    Returned as bits - 0x4A800000 (the caller adds the constant back: _pack_codes' OFF), no level value.
+    f (per group, a power of two): the index of y * f, a product each line's FMA takes exactly (y * f
+    is exact, or under 2**-126 and of level 0 all the same), one multiply an element less."""
     ay = tl.abs(y)  # (taken inside the additions below; the exponent is read from y's bits)
     if INDEX_ONLY and not UNIFORM and not SR:
         if f is None:
-            v = tl.minimum(tl.minimum(tl.fma(ay, 2.0, 8388608.0), ay + 8388610.0), tl.fma(ay, 0.5, 8388612.0))
+            v1, v2, v3 = ay + 4194304.0, ay + 8388610.0, ay + 16777224.0
         else:
-            v = tl.minimum(tl.minimum(tl.fma(ay, f * 2.0, 8388608.0), tl.fma(ay, f, 8388610.0)),
-                           tl.fma(ay, f * 0.5, 8388612.0))
-        return v.to(tl.int32, bitcast=True) - 0x4B000000, v
+            v1, v2, v3 = tl.fma(ay, f, 4194304.0), tl.fma(ay, f, 8388610.0), tl.fma(ay, f, 16777224.0)
+        b1 = v1.to(tl.int32, bitcast=True)
+        b2 = v2.to(tl.int32, bitcast=True)
+        b3 = v3.to(tl.int32, bitcast=True)
+        return tl.minimum(tl.minimum(b2 - 0x800000, b1), b3 - 0x1000000) - 0x4A800000, v1  # (v1 unused)
     if UNIFORM:
         c = STEP * 8388608.0
         cb = CB
@@ -466,8 +493,9 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
 def _div_bf16(x, s, r):
     """RN(x / s) for bf16 x and s = g or s = RN(amax / g) (module doc), r = RN(1 / s): RN(x * r + RN(x * z)),
     z = RN(RN(1 - s * r) * r) (s and r per group, or constants: z is not computed per element). For
-    other x and s it is faithful (_div_fast)."""
-    return tl.fma(x, r, x * (tl.fma(-s, r, 1.0) * r))
+    other x and s it is faithful (_div_fast). (-s is written s * -1.0 here and below: Triton makes -s
+    0 - s, an instruction of its own, where a product by -1 is a negation the FMA takes as an operand.)"""
+    return tl.fma(x, r, x * (tl.fma(s * -1.0, r, 1.0) * r))
 
 
 @triton.jit
@@ -481,7 +509,7 @@ def _div_fast(x, s, r):
     range). Smaller quotients come out within a few ulps (and +0 for -0), which rounds to level 0 all the
     same."""
     q = _div_bf16(x, s, r)
-    return tl.fma(tl.fma(-s, q, x), r, q)
+    return tl.fma(tl.fma(s * -1.0, q, x), r, q)
 
 
 @triton.jit
@@ -495,17 +523,17 @@ def _div_level(x, s, r):
     the first midpoint is y = 1/4 (E2M1; uniform grids of step >= 1/2), x = y * f (_pack_f8's
     y' * 2**9 * step * f is the same x)."""
     q = x * r
-    return tl.fma(tl.fma(-s, q, x), r, q)
+    return tl.fma(tl.fma(s * -1.0, q, x), r, q)
 
 
 @triton.jit
 def _rcp_fast(f):
     """RN(1 / f) on GPUs for f of exponent field 1..252 (f in [2**-126, 2**126); the kernel's fast range
     is inside it): the steps rcp.rn takes there, without its range test and slow path (MUFU.RCP, then
-    e = f * r - 1 and r + r * -e by FMA)."""
+    e = 1 - f * r and r + r * e by FMA)."""
     r = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [f], dtype=tl.float32, is_pure=True,
                                   pack=1)
-    return tl.fma(r, -tl.fma(f, r, -1.0), r)
+    return tl.fma(r, tl.fma(f * -1.0, r, 1.0), r)
 
 
 @triton.jit
@@ -743,6 +771,7 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
         if SYNC:
             tl.debug_barrier()
         _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
+        base, mask = _load_offsets(xw_ptr, i // n_c, i % n_c, R, C, base, mask, False, I64)
         xr = _load_tile(xw_ptr, base, mask, R, False, X_BITS, signs if ROW_RHT else None)
         acc_r = _max_nan(acc_r, _group_max(xr, signs, ROW_RHT, EXACT))
         i += tl.num_programs(0)
@@ -858,7 +887,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
-    xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+    xw = _tile_words(x_ptr, pid_a, 0, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
     # codes outputs unroll the loop, 4 tiles at most (no copies of the next tile's words; with (1, 32, 1) x
     # 4 tiles, codes with RHT along rows 0.92-0.95x the time, H200; x 8 and x 16 took 1.24x and 1.87x);
     # dequant outputs keep it (unrolled: up to 1.19x)
@@ -868,7 +897,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
         x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw, m16)  # [BM, NG, 8, 2] fp32
         if LOOP > 1:
-            xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+            xw = _tile_words(x_ptr, pid_a, i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         pm = None
         if RHT and (COLWISE or (QB == 32 and WANT_DEQUANT)):  # 4x the rotated tensor: its 0.25 is applied
             x = _rotate(x, signs)                              # to the block amax and to f (below)
@@ -981,7 +1010,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                                     fe if FOLD else None)
             if WANT_CODES:
                 # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
-                OFF: tl.constexpr = 0x4B000000 if not (UNIFORM or SR or WANT_DEQUANT) else \
+                OFF: tl.constexpr = 0x4A800000 if not (UNIFORM or SR or WANT_DEQUANT) else \
                     (0x46800001 if SR else CB) if UNIFORM else 0
                 words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
 
