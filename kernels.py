@@ -155,10 +155,9 @@ def _rotate(v, signs, PAIR_MAX: tl.constexpr = 0):
 
 @triton.jit
 def _signs(signs_ptr):
-    """The 16 RHT signs as [1, 1, 8, 2], matching the tile layout: two halves of 8 contiguous values
-    (along rows four 16-byte loads, where the [8, 2] index j + 8h took 16 loads)."""
-    j = tl.arange(0, 8)[None, None, :]
-    return tl.join(tl.load(signs_ptr + j), tl.load(signs_ptr + 8 + j))
+    """The 16 RHT signs as [1, 1, 8, 2], matching the tile layout."""
+    j = tl.arange(0, 8)[:, None] + 8 * tl.arange(0, 2)[None, :]
+    return tl.load(signs_ptr + j)[None, None, :, :]
 
 
 @triton.jit
@@ -206,19 +205,9 @@ def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWIS
 @triton.jit
 def _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE: tl.constexpr, I64: tl.constexpr,
                   EVEN: tl.constexpr = False):
-    """_load_tile's offsets and mask: rowwise the words' offsets (two elements a word; computed from m
-    and g, not as base // 2, so that the next tile's are this one's plus a constant, which the loads
-    take as an immediate) and the tile's mask; columnwise the tile's (base, mask), or for bf16 x read
-    as words of the two elements m, m + 1 (even M; _tile_input) those of the words, [BM // 2, NG]."""
-    if not COLWISE:
-        BM: tl.constexpr = base.shape[0]
-        NG: tl.constexpr = base.shape[1]
-        m = pid_m * BM + tl.arange(0, BM)
-        g = pid_g * NG + tl.arange(0, NG)
-        mm = m.to(tl.int64) if I64 else m
-        gg = g.to(tl.int64) if I64 else g
-        base = mm[:, None] * (K // 2) + gg[None, :] * 8
-    elif x_ptr.dtype.element_ty == tl.int32:
+    """_load_tile's offsets and mask: the tile's (base, mask), or for columnwise bf16 x read as words
+    of the two elements m, m + 1 (even M; _tile_input) those of the words, [BM // 2, NG]."""
+    if COLWISE and x_ptr.dtype.element_ty == tl.int32:
         BM: tl.constexpr = base.shape[0] // 2
         NG: tl.constexpr = base.shape[1]
         w = pid_m * BM + tl.arange(0, BM)
@@ -328,28 +317,19 @@ def _load_words(x_ptr, base, mask, M, COLWISE: tl.constexpr):
         words = tl.join(_join8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]),
                         _join8(r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]))
     else:
-        p = x_ptr + base[:, :, None] + tl.arange(0, 4)[None, None, :]
+        p = x_ptr + (base >> 1)[:, :, None] + tl.arange(0, 4)[None, None, :]
         words = tl.join(tl.load(p, mask=mask[:, :, None], other=0), tl.load(p + 4, mask=mask[:, :, None], other=0))
     return words
 
 
 @triton.jit
-def _tile_words(x_ptr, pid_a, i, pid_b, M, K, valid, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
+def _tile_words(x_ptr, pid_a, pid_b, M, K, valid, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
                 I64: tl.constexpr, EVEN: tl.constexpr, M_FIRST: tl.constexpr):
-    """_load_words of the tile pid_a + i along the grid's first axis, pid_b along its second; none if not
-    valid. The offsets are tile pid_a's and x_ptr moves i tiles (for i a loop step's constant, the loads
-    take it as an immediate, where offsets of their own took 3 instructions a tile)."""
+    """_load_words of the tile pid_a along the grid's first axis, pid_b along its second; none if not valid."""
     pid_m = pid_a if M_FIRST else pid_b
     pid_g = pid_b if M_FIRST else pid_a
     _, _, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
     base, mask = _load_offsets(x_ptr, pid_m, pid_g, M, K, base, mask, COLWISE, I64, EVEN)
-    # the tile's own mask; x_ptr moved along the first axis (m or g) by i tiles
-    _, _, mask, b = _tile_offsets(pid_m + i if M_FIRST else pid_m, pid_g if M_FIRST else pid_g + i,
-                                  M, K, BM, NG, COLWISE, I64, EVEN)
-    _, mask = _load_offsets(x_ptr, pid_m + i if M_FIRST else pid_m, pid_g if M_FIRST else pid_g + i,
-                            M, K, b, mask, COLWISE, I64, EVEN)
-    words: tl.constexpr = 2 if x_ptr.dtype.element_ty == tl.int32 and COLWISE else 1  # elements a word, columnwise
-    x_ptr += i * (BM // words if M_FIRST else (NG * 8 if not COLWISE else NG * 16 // words * M))
     return _load_words(x_ptr, base, mask & valid, M, COLWISE)
 
 
@@ -771,7 +751,6 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
         if SYNC:
             tl.debug_barrier()
         _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
-        base, mask = _load_offsets(xw_ptr, i // n_c, i % n_c, R, C, base, mask, False, I64)
         xr = _load_tile(xw_ptr, base, mask, R, False, X_BITS, signs if ROW_RHT else None)
         acc_r = _max_nan(acc_r, _group_max(xr, signs, ROW_RHT, EXACT))
         i += tl.num_programs(0)
@@ -887,7 +866,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
-    xw = _tile_words(x_ptr, pid_a, 0, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+    xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
     # codes outputs unroll the loop, 4 tiles at most (no copies of the next tile's words; with (1, 32, 1) x
     # 4 tiles, codes with RHT along rows 0.92-0.95x the time, H200; x 8 and x 16 took 1.24x and 1.87x);
     # dequant outputs keep it (unrolled: up to 1.19x)
@@ -897,7 +876,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
         x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw, m16)  # [BM, NG, 8, 2] fp32
         if LOOP > 1:
-            xw = _tile_words(x_ptr, pid_a, i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
+            xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         pm = None
         if RHT and (COLWISE or (QB == 32 and WANT_DEQUANT)):  # 4x the rotated tensor: its 0.25 is applied
             x = _rotate(x, signs)                              # to the block amax and to f (below)
