@@ -1061,13 +1061,14 @@ _FLOATS = (torch.bfloat16, torch.float32)
 # with RHT, their loop unrolled, 0.93-0.96x against (1, 64, 1) x 2 (x 4 and (1, 32, 1) x 8: 1.19-1.24x
 # for E2M1). Columns: dequant outputs with RHT or SR take 0.92-0.98x at (64, 2, 2, m_first) x 4 against
 # (128, 2, 4, m_first), but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but
-# NVFP4's (0.95x at (32, 4, 2) x 4). Column codes with RHT at one warp (32, 4, 1), no barrier between warps at the
-# fast-range test, against (64, 4, 4): E2M1 0.98x, UFP4 0.98x, NVFP4 1.00x; SR 1.05x (its kind keeps it).
+# NVFP4's (0.95x at (32, 4, 2) x 4). Column codes with RHT at (64, 4, 2) against one warp (32, 4, 1): E2M1
+# 0.977x, UFP4 0.983x, NVFP4 1.002x (at (64, 4, 4) 0.954x); SR 1.04x at (64, 4, 2), 1.00x at (32, 4, 1), so
+# its kind keeps (64, 4, 4) (bench/results/h200_2026-12-02_x, call 3).
 # MXFP4's column codes with RHT at (64, 4, 4, m_first), as without: 0.87x against (32, 4, 2, m_first)
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
           "row_codes": (1, 32, 1, False, 4),
           "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
-          "col_codes": (64, 8, 4), "col_codes_heavy": (32, 4, 1), "col_codes_sr": (64, 4, 4),
+          "col_codes": (64, 8, 4), "col_codes_heavy": (64, 4, 2), "col_codes_sr": (64, 4, 4),
           "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4),
           "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1, True), "row_codes": (1, 64, 1),

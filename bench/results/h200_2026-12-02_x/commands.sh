@@ -11,6 +11,12 @@
 #   bash bench/results/h200_2026-12-02_x/commands.sh 3  -> call3_*  (the kernels with call 2's negations and
 #                                                          E2M1 lines only: row codes against 3854c8b's; column
 #                                                          codes of E2M1, UFP4, NVFP4 and SR at other tiles)
+#   bash bench/results/h200_2026-12-02_x/commands.sh 4  -> call4_*  (column codes with RHT of E2M1, UFP4, NVFP4 at
+#                                                          (64, 4, 2): codes against 3854c8b's kernels; row codes
+#                                                          against the same kernels loading two tiles ahead,
+#                                                          kernels_pf2.py)
+# kernels_pf2.py: 6096d7f's kernels.py so cut, with _quantize_kernel's loop loading tile i + 2 (xw2) while tile i
+#   is computed, tiles 0 and 1 before the loop
 # kernels_neg.py: e79980d's kernels.py so cut, with -s back in _div_bf16, _div_fast, _div_level and
 #   -tl.fma(f, r, -1.0) in _rcp_fast; kernels_off.py: with 3854c8b's _load_offsets and _load_words, and its
 #   _tile_words taking tile pid_a + i; kernels_sig.py: with 3854c8b's _signs; kernels_lines.py: with 3854c8b's
@@ -54,5 +60,11 @@ case "$c" in
     timeout 60 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 --specs "SR" \
         --shapes "None (128,2,4) (64,2,2) (32,2,1) (128,4,4) (16,8,1)" --alone-shapes "None" \
         --out "$out/call3_cols_sr.json" > "$out/call3_cols_sr.txt" 2>&1 ;;
+4)  timeout 60 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 --old kernels_3854c8b.py \
+        --shapes "None old" --alone-shapes "None old" \
+        --out "$out/call4_cols_codes.json" > "$out/call4_cols_codes.txt" 2>&1
+    timeout 60 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_pf2.py \
+        --shapes "None old" --alone-shapes "None old" \
+        --out "$out/call4_rows_pf2.json" > "$out/call4_rows_pf2.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
