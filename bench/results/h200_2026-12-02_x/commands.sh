@@ -15,6 +15,8 @@
 #                                                          (64, 4, 2): codes against 3854c8b's kernels; row codes
 #                                                          against the same kernels loading two tiles ahead,
 #                                                          kernels_pf2.py)
+#   bash bench/results/h200_2026-12-02_x/commands.sh 5  -> call5_*  (the checked kernel table; the dense 1.5B step,
+#                                                          blocks compiled)
 # kernels_pf2.py: 6096d7f's kernels.py so cut, with _quantize_kernel's loop loading tile i + 2 (xw2) while tile i
 #   is computed, tiles 0 and 1 before the loop
 # kernels_neg.py: e79980d's kernels.py so cut, with -s back in _div_bf16, _div_fast, _div_level and
@@ -66,5 +68,9 @@ case "$c" in
     timeout 60 $py $here/graph_ab.py --dim -1 --outputs codes --rounds 3 --old kernels_pf2.py \
         --shapes "None old" --alone-shapes "None old" \
         --out "$out/call4_rows_pf2.json" > "$out/call4_rows_pf2.txt" 2>&1 ;;
+5)  timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call5_kernels_checked.json" \
+        > "$out/call5_kernels_checked.txt" 2>&1
+    timeout 250 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call5_dense_blocks.json" \
+        > "$out/call5_dense_blocks.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
