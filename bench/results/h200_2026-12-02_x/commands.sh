@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What set x ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit NOTES.md gives
-# for each call (commit.txt holds the last call's), with older kernels.py files saved at the repo root:
+# for each call (the commit.txt each call writes is kept here as callN_commit.txt), with older kernels.py files saved at the repo root:
 #   bash bench/results/h200_2026-12-02_x/commands.sh 1  -> call1_*  (row and column codes against 3854c8b's
 #                                                          kernels; row codes of E2M1 and SR at 8 tiles a
 #                                                          program; column codes of E2M1 and SR at other tiles)
