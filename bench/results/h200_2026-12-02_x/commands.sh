@@ -18,6 +18,7 @@
 #   bash bench/results/h200_2026-12-02_x/commands.sh 5  -> call5_*  (the checked kernel table; the dense 1.5B step,
 #                                                          blocks compiled)
 #   bash bench/results/h200_2026-12-02_x/commands.sh 6  -> call6_*  (the checked kernel table again)
+#   bash bench/results/h200_2026-12-02_x/commands.sh 7  -> call7_*  (column codes with RHT at m_first tiles)
 # kernels_pf2.py: 6096d7f's kernels.py so cut, with _quantize_kernel's loop loading tile i + 2 (xw2) while tile i
 #   is computed, tiles 0 and 1 before the loop
 # kernels_neg.py: e79980d's kernels.py so cut, with -s back in _div_bf16, _div_fast, _div_level and
@@ -75,5 +76,8 @@ case "$c" in
         > "$out/call5_dense_blocks.txt" 2>&1 ;;
 6)  timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call6_kernels_checked.json" \
         > "$out/call6_kernels_checked.txt" 2>&1 ;;
+7)  timeout 90 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 \
+        --shapes "None (64,4,4,True) (64,4,2,True) (32,4,1,True)" --alone-shapes "None" \
+        --out "$out/call7_cols_mfirst.json" > "$out/call7_cols_mfirst.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
