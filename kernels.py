@@ -1054,21 +1054,24 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps[, m_first[, tiles a program]]) per kind, from H200 sweeps (bench/kernels_bench.py);
 # "_codes": no dequantized output; "_heavy": with RHT or SR, the kernels that need the most registers;
-# "_e8m0": columns with e8m0 scales (any rounding, RHT or not); "_sr": stochastic rounding (rows with a
-# dequantized output); m_first (columns): the grid's first axis along m. Rows, measured side by side
+# "_e8m0": columns with e8m0 scales (any rounding, RHT or not); "_fp32_sr_rht", "_e4m3_rht": columns with
+# those scales, SR or not, and RHT; "_sr": stochastic rounding (rows with a dequantized output); m_first (columns): the grid's first axis along m. Rows, measured side by side
 # against programs of one tile (1, 64, 1|2), 8192^2 bf16, H200: (1, 32, 1) x 4 tiles a program takes
 # 0.94-0.98x the time for RHT and SR dequant outputs, 0.90-0.99x for codes without RHT or SR; codes
 # with RHT, their loop unrolled, 0.93-0.96x against (1, 64, 1) x 2 (x 4 and (1, 32, 1) x 8: 1.19-1.24x
 # for E2M1). Columns: dequant outputs with RHT or SR take 0.92-0.98x at (64, 2, 2, m_first) x 4 against
 # (128, 2, 4, m_first), but MXFP4's 1.03x (its e8m0 kind keeps the latter); codes outputs none faster but
 # NVFP4's (0.95x at (32, 4, 2) x 4). Column codes with RHT at (64, 4, 2) against one warp (32, 4, 1): E2M1
-# 0.977x, UFP4 0.983x, NVFP4 1.002x (at (64, 4, 4) 0.954x); SR 1.04x at (64, 4, 2), 1.00x at (32, 4, 1), so
-# its kind keeps (64, 4, 4) (bench/results/h200_2026-12-02_x, call 3).
+# 0.977x, UFP4 0.983x, NVFP4 1.002x (at (64, 4, 4) 0.954x); SR 1.04x at (64, 4, 2), 1.00x at (32, 4, 1) against
+# (64, 4, 4). With m_first (call 7): SR with RHT (fp32 scales, timed on the e1m2 grid) at (32, 4, 1, m_first)
+# 0.968-0.981x against (64, 4, 4), NVFP4 (e4m3, RHT, RTNE) at (64, 4, 4, m_first) 0.931-0.935x against
+# (64, 4, 2); the others slower (bench/results/h200_2026-12-02_x).
 # MXFP4's column codes with RHT at (64, 4, 4, m_first), as without: 0.87x against (32, 4, 2, m_first)
 _TILES = {"row": (1, 64, 2), "row_heavy": (1, 32, 1, False, 4), "row_sr": (1, 32, 1, False, 4),
           "row_codes": (1, 32, 1, False, 4),
           "col": (128, 2, 4, True), "col_heavy": (64, 2, 2, True, 4), "col_e8m0": (128, 2, 4, True),
           "col_codes": (64, 8, 4), "col_codes_heavy": (64, 4, 2), "col_codes_sr": (64, 4, 4),
+          "col_codes_fp32_sr_rht": (32, 4, 1, True), "col_codes_e4m3_rht": (64, 4, 4, True),
           "col_codes_e8m0": (64, 4, 4, True), "2d": (16, 16, 4),
           "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "2d": (16, 8, 1), "col": (32, 4, 1, True), "row_codes": (1, 64, 1),
@@ -1122,23 +1125,24 @@ def _check_device(x: torch.Tensor) -> bool:
                        "TRITON_INTERPRET=1 before importing triton/kernels, or use quant.py's reference")
 
 
-def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, e8m0: bool = False, sr: bool = False,
-               interpret: bool = False) -> str:
+def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, scale: str = "fp32", sr: bool = False,
+               interpret: bool = False, rht: bool = False) -> str:
     """The key of _TILES (_TILES_INTERPRET) whose tile a quantize kernel takes: the most specific of
-    orientation + output (+ "_e8m0" for columns with e8m0 scales, + "_sr", + "_heavy" with RHT or SR)
-    that the table holds."""
+    orientation + output (columns: + "_" + the scale mode, + "_sr" with SR, + "_rht" with RHT; then +
+    the scale mode alone; + "_sr"; + "_heavy" with RHT or SR) that the table holds."""
     kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
-    keys = [kind + "_e8m0"] * (e8m0 and colwise) + [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
+    keys = [f"{kind}_{scale}" + "_sr" * sr + "_rht" * rht] * colwise + [f"{kind}_{scale}"] * colwise + \
+        [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
     return next(k for k in keys if k in (_TILES_INTERPRET if interpret else _TILES))
 
 
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
-          heavy: bool = False, e8m0: bool = False, sr: bool = False) -> tuple:
+          heavy: bool = False, scale: str = "fp32", sr: bool = False, rht: bool = False) -> tuple:
     """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first, loop) for one program
     of `loop` tiles along the grid's first axis. Rowwise (not 2D) the view is one row of all groups (M = 1),
     so the warps' lanes run along memory."""
     if tile is None:
-        kind = _tile_kind(colwise, block_2d, codes_only, heavy, e8m0, sr, interpret)
+        kind = _tile_kind(colwise, block_2d, codes_only, heavy, scale, sr, interpret, rht)
         tile = (_TILES_INTERPRET if interpret else _TILES)[kind]
     bm, ng, nw, *rest = tile
     m_first, loop = (tuple(rest) + (False, 1)[len(rest):])[:2]
@@ -1436,7 +1440,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     g_max = float(levels[-1])
     f8 = uniform and not sr and scale_mode == "fp32" and want_codes and not want_dequant  # (_pack_f8)
     bm, ng, nw, m_first, loop = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
-                                      scale_mode == "e8m0", sr)
+                                      scale_mode, sr, rht)
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)

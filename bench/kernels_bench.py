@@ -277,11 +277,11 @@ def save(res, path, t_start):
 
 def tile_kind(spec, dim, out, var) -> str:
     """The key of kernels._TILES a configuration takes (kernels._tile_kind): orientation, output, and
-    "_heavy" with RHT or SR; column codes with e8m0 scales and SR kinds of their own where the table
-    holds them."""
+    "_heavy" with RHT or SR; columns by scale mode, SR and RHT, and SR, kinds of their own where the
+    table holds them."""
     sr = spec.rounding == "sr"
     return kernels._tile_kind(dim == 0, spec.block_2d, out == "codes", var == "fused_rht" or sr,
-                              spec.scale == "e8m0", sr)
+                              spec.scale, sr, rht=var == "fused_rht")
 
 
 def sweep_tiles(x, signs, cases, copy, dev):
