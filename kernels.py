@@ -424,12 +424,12 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
     INDEX_ONLY (E2M1, RTNE; the level value is not returned): the index is T(ay) rounded to an
     integer, T = min(2a, a + 2, a / 2 + 4) the piecewise-linear map of the levels onto 0..7 (between
     two levels it is affine, so their midpoint maps to i + 1/2 and a tie to the even index). Each line is
-    rounded once, as one add to |y| (taken inside): a + 2**22 rounds 2a / 2 to a multiple of 1/2 (the
-    ulp there), a + 2**23 + 2 rounds a + 2 to an integer, a + 2**24 + 8 rounds (a / 2 + 4) * 2 to an
-    even integer, each RNE as T's rounding is (scaling by 2 is exact), and their bits count the line's
-    rounded value in those steps from 0x4A800000, 0x4B000000 + 0x800000 and 0x4B800000 + 0x1000000 on:
-    the index is the least count, two integer add-and-min instructions (the min of the rounded lines
-    is the rounded min: rounding is monotone). Five instructions, no constant held in a register
+    rounded once, as one add to |y| (taken inside): a + 2**22 rounds a to a multiple of 1/2 (the ulp
+    there), i.e. 2a to an integer; a + 2**23 + 2 rounds a + 2 to an integer; a + 2**24 + 8 rounds a + 8
+    to an even integer, i.e. a / 2 + 4 to an integer; each RNE as T's rounding is (scaling by 2 is
+    exact), and their bits count the line's rounded value in those steps from 0x4A800000, 0x4B000000 +
+    0x800000 and 0x4B800000 + 0x1000000 on: the index is the least count, two integer add-and-min
+    instructions (the min of the rounded lines is the rounded min: rounding is monotone). Five instructions, no constant held in a register
     (multiplies by 2 and 1/2 took two); the exponent arithmetic above takes five on the integer pipe.
     Returned as bits - 0x4A800000 (the caller adds the constant back: _pack_codes' OFF), no level value.
     f (per group, a power of two): the index of y * f, a product each line's FMA takes exactly (y * f
@@ -1054,8 +1054,9 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 _FLOATS = (torch.bfloat16, torch.float32)
 # (BM, NG, num_warps[, m_first[, tiles a program]]) per kind, from H200 sweeps (bench/kernels_bench.py);
 # "_codes": no dequantized output; "_heavy": with RHT or SR, the kernels that need the most registers;
-# "_e8m0": columns with e8m0 scales (any rounding, RHT or not); "_fp32_sr_rht", "_e4m3_rht": columns with
-# those scales, SR or not, and RHT; "_sr": stochastic rounding (rows with a dequantized output); m_first (columns): the grid's first axis along m. Rows, measured side by side
+# "_e8m0": columns with e8m0 scales (any rounding, RHT or not); "_fp32_sr_rht": columns with fp32 scales, SR
+# and RHT; "_e4m3_rht": columns with e4m3 scales, RTNE and RHT; "_sr": stochastic rounding (rows with a
+# dequantized output); m_first (columns): the grid's first axis along m. Rows, measured side by side
 # against programs of one tile (1, 64, 1|2), 8192^2 bf16, H200: (1, 32, 1) x 4 tiles a program takes
 # 0.94-0.98x the time for RHT and SR dequant outputs, 0.90-0.99x for codes without RHT or SR; codes
 # with RHT, their loop unrolled, 0.93-0.96x against (1, 64, 1) x 2 (x 4 and (1, 32, 1) x 8: 1.19-1.24x
