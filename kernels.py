@@ -429,8 +429,9 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
     to an even integer, i.e. a / 2 + 4 to an integer; each RNE as T's rounding is (scaling by 2 is
     exact), and their bits count the line's rounded value in those steps from 0x4A800000, 0x4B000000 +
     0x800000 and 0x4B800000 + 0x1000000 on: the index is the least count, two integer add-and-min
-    instructions (the min of the rounded lines is the rounded min: rounding is monotone). Five instructions, no constant held in a register
-    (multiplies by 2 and 1/2 took two); the exponent arithmetic above takes five on the integer pipe.
+    instructions (the min of the rounded lines is the rounded min: rounding is monotone). Five
+    instructions, no constant held in a register (multiplies by 2 and 1/2 took two); the exponent
+    arithmetic above takes five on the integer pipe.
     Returned as bits - 0x4A800000 (the caller adds the constant back: _pack_codes' OFF), no level value.
     f (per group, a power of two): the index of y * f, a product each line's FMA takes exactly (y * f
     is exact, or under 2**-126 and of level 0 all the same), one multiply an element less."""
@@ -632,10 +633,10 @@ def _pack_codes(idx, xbits, finite, nib, OFF: tl.constexpr = 0, SAT: tl.constexp
     w * 16 + idx, the signs by a funnel shift taking x's top 4 bits (s << 4 | bits >> 28, kept to the
     sign bits by one final mask). OFF: the constant the rounding took off the indices (bits(v) - OFF),
     added back here, which the compiler drops, and taken off once a word (OFF times 0x11111111, mod
-    2**32): with w * nib it could not fold it a word itself. nib is 16, a kernel argument: the compiler cannot make w * nib + idx a
-    shift-and-add, which sm_90 runs on the integer ALU pipe beside the signs' shifts and the maxima; as
-    an integer multiply-add it runs on the FMA pipe. SAT: indices of 8 (a level above the grid's last)
-    are taken down to 7, a word's nibbles at once."""
+    2**32): with w * nib it could not fold it a word itself. nib is 16, a kernel argument: the
+    compiler cannot make w * nib + idx a shift-and-add, which sm_90 runs on the integer ALU pipe beside
+    the signs' shifts and the maxima; as an integer multiply-add it runs on the FMA pipe. SAT: indices
+    of 8 (a level above the grid's last) are taken down to 7, a word's nibbles at once."""
     OFF_W: tl.constexpr = (OFF * 0x11111111) % 2**32 - (2**32 if (OFF * 0x11111111) % 2**32 >= 2**31 else 0)
     i_lo, i_hi = tl.split(idx + OFF)
     s_lo, s_hi = tl.split(xbits.to(tl.uint32, bitcast=True))
@@ -1126,24 +1127,24 @@ def _check_device(x: torch.Tensor) -> bool:
                        "TRITON_INTERPRET=1 before importing triton/kernels, or use quant.py's reference")
 
 
-def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, heavy: bool, scale: str = "fp32", sr: bool = False,
-               interpret: bool = False, rht: bool = False) -> str:
+def _tile_kind(colwise: bool, block_2d: bool, codes_only: bool, scale: str = "fp32", sr: bool = False,
+               rht: bool = False, interpret: bool = False) -> str:
     """The key of _TILES (_TILES_INTERPRET) whose tile a quantize kernel takes: the most specific of
     orientation + output (columns: + "_" + the scale mode, + "_sr" with SR, + "_rht" with RHT; then +
     the scale mode alone; + "_sr"; + "_heavy" with RHT or SR) that the table holds."""
     kind = "2d" if block_2d else ("col" if colwise else "row") + ("_codes" if codes_only else "")
     keys = [f"{kind}_{scale}" + "_sr" * sr + "_rht" * rht] * colwise + [f"{kind}_{scale}"] * colwise + \
-        [kind + "_sr"] * sr + [kind + "_heavy"] * heavy + [kind]
+        [kind + "_sr"] * sr + [kind + "_heavy"] * (rht or sr) + [kind]
     return next(k for k in keys if k in (_TILES_INTERPRET if interpret else _TILES))
 
 
 def _tile(colwise: bool, interpret: bool, block: int, block_2d: bool, tile, codes_only: bool = False,
-          heavy: bool = False, scale: str = "fp32", sr: bool = False, rht: bool = False) -> tuple:
+          scale: str = "fp32", sr: bool = False, rht: bool = False) -> tuple:
     """(BM rows of the [M, K] view, NG groups of 16 along K, num_warps, m_first, loop) for one program
     of `loop` tiles along the grid's first axis. Rowwise (not 2D) the view is one row of all groups (M = 1),
     so the warps' lanes run along memory."""
     if tile is None:
-        kind = _tile_kind(colwise, block_2d, codes_only, heavy, scale, sr, interpret, rht)
+        kind = _tile_kind(colwise, block_2d, codes_only, scale, sr, rht, interpret)
         tile = (_TILES_INTERPRET if interpret else _TILES)[kind]
     bm, ng, nw, *rest = tile
     m_first, loop = (tuple(rest) + (False, 1)[len(rest):])[:2]
@@ -1440,8 +1441,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
     uniform, step = _grid_params(levels)
     g_max = float(levels[-1])
     f8 = uniform and not sr and scale_mode == "fp32" and want_codes and not want_dequant  # (_pack_f8)
-    bm, ng, nw, m_first, loop = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, rht or sr,
-                                      scale_mode, sr, rht)
+    bm, ng, nw, m_first, loop = _tile(colwise, interpret, block, block_2d, tile, not want_dequant, scale_mode,
+                                      sr, rht)
     numel = math.prod(shape)
     M, K = _view_mk(numel, kq, colwise, block_2d)
     m_first = m_first and _cdiv(K // 16, ng) < 65536  # (the grid's second axis takes 65535 programs at most)

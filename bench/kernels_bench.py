@@ -276,12 +276,10 @@ def save(res, path, t_start):
 
 
 def tile_kind(spec, dim, out, var) -> str:
-    """The key of kernels._TILES a configuration takes (kernels._tile_kind): orientation, output, and
-    "_heavy" with RHT or SR; columns by scale mode, SR and RHT, and SR, kinds of their own where the
-    table holds them."""
-    sr = spec.rounding == "sr"
-    return kernels._tile_kind(dim == 0, spec.block_2d, out == "codes", var == "fused_rht" or sr,
-                              spec.scale, sr, rht=var == "fused_rht")
+    """The key of kernels._TILES a configuration takes (kernels._tile_kind): orientation, output, scale
+    mode, SR and RHT."""
+    return kernels._tile_kind(dim == 0, spec.block_2d, out == "codes", spec.scale, spec.rounding == "sr",
+                              var == "fused_rht")
 
 
 def sweep_tiles(x, signs, cases, copy, dev):
