@@ -107,6 +107,8 @@ PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan cache
 # The fast exact division (_div_fast) needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma
 # twice, so it takes the IEEE division unless its FMA has been made exact (tests/conftest.py does so).
 INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
+ROW_PREFETCH = 0  # read by _plan: _quantize_kernel's PF along rows
+ROW_PREFETCH_AHEAD = 4096
 # uniform-grid SR's y carries this constant (_round_to_grid): the uniform's 2**-9 * (1 + 2**-17)
 _SR_B = tl.constexpr(2.0**-9 * (1 + 2.0**-17))
 
@@ -593,6 +595,14 @@ def _mul_wide(a, b, ASM: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_l2(p):
+    """prefetch.global.L2 of the 128-byte line holding each address p: the bytes head for the L2, no
+    register waits for them (a later load of the line then comes from the L2)."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [p.to(tl.int64)],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _randint4x(seed, offs, ROUNDS: tl.constexpr, ASM: tl.constexpr):
     """tl.randint4x(seed, offs, ROUNDS) for int32 offsets, the same bits, each round's two products by
     _mul_wide. Philox4x32 (Salmon et al., SC'11) as Triton runs it: counter (offs, 0, 0, 0), key (the
@@ -829,7 +839,8 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
                      OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
                      X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0, LOOP: tl.constexpr = 1,
-                     ASM: tl.constexpr = False):
+                     ASM: tl.constexpr = False, PF: tl.constexpr = 0,
+                     PF_AHEAD: tl.constexpr = 0):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
@@ -867,6 +878,15 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
+    PREFETCH: tl.constexpr = PF if ASM and LOOP > 1 and BM == 1 and not COLWISE else 0
+    WPL: tl.constexpr = 1024 // x_ptr.dtype.element_ty.primitive_bitwidth  # words a 128-byte line
+    if PREFETCH == 1 or PREFETCH == 3:  # rows: tiles' lines into the L2 (PF 1: all of the program's at its
+        # start; PF 2: tile i + 2 while tile i + 1 is loaded; PF 3: those of the program PF_AHEAD programs on)
+        pf0 = pid_a.to(tl.int64) if I64 else pid_a
+        if PREFETCH == 3:
+            pf0 = pf0 + PF_AHEAD * LOOP
+        w = pf0 * (NG * 8) + tl.arange(0, LOOP * NG * 8 // WPL) * WPL
+        _prefetch_l2(x_ptr + tl.minimum(w, K // 2 - 1))
     xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
     # codes outputs unroll the loop, 4 tiles at most (no copies of the next tile's words; with (1, 32, 1) x
     # 4 tiles, codes with RHT along rows 0.92-0.95x the time, H200; x 8 and x 16 took 1.24x and 1.87x);
@@ -876,6 +896,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
         x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw, m16)  # [BM, NG, 8, 2] fp32
+        if PREFETCH == 2 and LOOP > 2:
+            w = (pid_a + i + 2).to(tl.int64) * (NG * 8) + tl.arange(0, NG * 8 // WPL) * WPL
+            _prefetch_l2(x_ptr + tl.minimum(w, K // 2 - 1))
         if LOOP > 1:
             xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         pm = None
@@ -1463,7 +1486,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
                   (K // 16) % ng == 0 and M % bm == 0 and grid[0] % loop == 0,
                   # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
-                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop, not interpret)
+                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop, not interpret,
+                  ROW_PREFETCH if not colwise else 0, ROW_PREFETCH_AHEAD)
     return _Plan(colwise, M, K, (_cdiv(grid[0], loop), grid[1]), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# What set y ran on the H200 (one GPU), 2026-12-02, from a copy of the repo at the commit NOTES.md gives
+# for each call (the commit.txt each call writes is kept here as callN_commit.txt), with variants of that
+# commit's kernels.py saved at the repo root:
+#   bash bench/results/h200_2026-12-02_y/commands.sh 1  -> call1_*  (row codes and dequant outputs against the
+#                                                          same kernels prefetching rows into the L2)
+# kernels_pfN.py: the commit's kernels.py cut before its torch.library registrations (sed '/^_LIB = /,$d'),
+#   with ROW_PREFETCH = N (1: a program's lines at its start; 2: tile i + 2 while tile i + 1 is loaded;
+#   3: the lines of the program ROW_PREFETCH_AHEAD programs on, kernels_pf3_D.py with D);
+#   kernels_pf1_l8.py: PF 1 with the row codes kind at 8 tiles a program
+set -u
+py=${PYTHON:-python3}; out=${OUT:-runs/y}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
+here=bench/results/h200_2026-12-02_s/scripts  # set s's graph_ab.py
+cat REV > "$out/commit.txt" 2>/dev/null || git rev-parse --short HEAD > "$out/commit.txt"
+c=${1:-1}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv >> "$out/commit.txt" 2>&1
+rows() {  # rows() NAME OUTPUT OLD
+    timeout 80 $py $here/graph_ab.py --dim -1 --outputs "$2" --rounds 3 --old "$3" \
+        --shapes "None old" --alone-shapes "None old" \
+        --out "$out/$1.json" > "$out/$1.txt" 2>&1
+}
+case "$c" in
+1)  rows call1_rows_pf1 codes kernels_pf1.py
+    rows call1_rows_pf2 codes kernels_pf2.py
+    rows call1_rows_pf3_4096 codes kernels_pf3_4096.py
+    rows call1_rows_pf3_8192 codes kernels_pf3_8192.py
+    rows call1_rows_pf3_2048 codes kernels_pf3_2048.py
+    rows call1_rows_pf1_l8 codes kernels_pf1_l8.py
+    rows call1_rows_pf1_dequant dequant kernels_pf1.py ;;
+esac
+(cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
