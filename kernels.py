@@ -109,6 +109,7 @@ PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan cache
 INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
 ROW_PREFETCH = 0  # read by _plan: _quantize_kernel's PF along rows
 ROW_PREFETCH_AHEAD = 4096
+ROW_RHT_CODES_MAXNREG = 0  # read by _plan: a register cap for the row codes kernels with RHT (0: none)
 # uniform-grid SR's y carries this constant (_round_to_grid): the uniform's 2**-9 * (1 + 2**-17)
 _SR_B = tl.constexpr(2.0**-9 * (1 + 2.0**-17))
 
@@ -1490,7 +1491,9 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   ROW_PREFETCH if not colwise else 0, ROW_PREFETCH_AHEAD)
     return _Plan(colwise, M, K, (_cdiv(grid[0], loop), grid[1]), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
-                 constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
+                 constexprs, (("num_warps", nw), ("enable_fp_fusion", False)) +
+                 ((("maxnreg", ROW_RHT_CODES_MAXNREG),) if ROW_RHT_CODES_MAXNREG and rht and not colwise and
+                  not want_dequant and not interpret else ()))
 
 
 def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode: str = "fp32", sr: bool = False,

@@ -8,6 +8,10 @@
 #   with ROW_PREFETCH = N (1: a program's lines at its start; 2: tile i + 2 while tile i + 1 is loaded;
 #   3: the lines of the program ROW_PREFETCH_AHEAD programs on, kernels_pf3_D.py with D);
 #   kernels_pf1_l8.py: PF 1 with the row codes kind at 8 tiles a program
+#   bash bench/results/h200_2026-12-02_y/commands.sh 2  -> call2_*  (row codes against the same kernels with a
+#                                                          register cap on the row codes with RHT)
+# kernels_mrN.py: the commit's kernels.py so cut with ROW_RHT_CODES_MAXNREG = N; kernels_mrN_w2.py: and the
+#   row codes kind at (1, 64, 2, False, 4); kernels_w2.py: that tile without a cap
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/y}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_s/scripts  # set s's graph_ab.py
@@ -27,5 +31,6 @@ case "$c" in
     rows call1_rows_pf3_2048 codes kernels_pf3_2048.py
     rows call1_rows_pf1_l8 codes kernels_pf1_l8.py
     rows call1_rows_pf1_dequant dequant kernels_pf1.py ;;
+2)  for v in mr64 w2 mr56_w2 mr48_w2; do rows call2_rows_$v codes kernels_$v.py; done ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
