@@ -12,6 +12,11 @@
 #                                                          register cap on the row codes with RHT)
 # kernels_mrN.py: the commit's kernels.py so cut with ROW_RHT_CODES_MAXNREG = N; kernels_mrN_w2.py: and the
 #   row codes kind at (1, 64, 2, False, 4); kernels_w2.py: that tile without a cap
+#   bash bench/results/h200_2026-12-02_y/commands.sh 3  -> call3_*  (row codes against the same kernels with the
+#                                                          tile loop rolled and/or the rare branch cut: code size)
+# kernels_roll.py: the commit's kernels.py so cut with loop_unroll_factor=1 for every output; kernels_norare.py:
+#   with `rare = False` before `if rare:` (a timing diagnostic only: tiles outside the fast range would
+#   come out wrong; none in these random tensors); kernels_norare_roll.py: both
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/y}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_s/scripts  # set s's graph_ab.py
@@ -32,5 +37,6 @@ case "$c" in
     rows call1_rows_pf1_l8 codes kernels_pf1_l8.py
     rows call1_rows_pf1_dequant dequant kernels_pf1.py ;;
 2)  for v in mr64 w2 mr56_w2 mr48_w2; do rows call2_rows_$v codes kernels_$v.py; done ;;
+3)  for v in roll norare norare_roll; do rows call3_rows_$v codes kernels_$v.py; done ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
