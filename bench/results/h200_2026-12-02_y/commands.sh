@@ -17,6 +17,13 @@
 # kernels_roll.py: the commit's kernels.py so cut with loop_unroll_factor=1 for every output; kernels_norare.py:
 #   with `rare = False` before `if rare:` (a timing diagnostic only: tiles outside the fast range would
 #   come out wrong; none in these random tensors); kernels_norare_roll.py: both
+#   bash bench/results/h200_2026-12-02_y/commands.sh 4  -> call4_*  (codes outputs taking the rare steps after
+#                                                          the tile's stores: row and column codes against the
+#                                                          kernels before, kernels_head.py; the kernel tests of
+#                                                          the fast range's edges on the GPU)
+#   bash bench/results/h200_2026-12-02_y/commands.sh 5  -> call5_*  (the checked kernel table; the dense 1.5B
+#                                                          step, blocks compiled)
+# kernels_head.py: e028189's kernels.py so cut (the kernels of the README's table but two column kinds)
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/y}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 here=bench/results/h200_2026-12-02_s/scripts  # set s's graph_ab.py
@@ -38,5 +45,16 @@ case "$c" in
     rows call1_rows_pf1_dequant dequant kernels_pf1.py ;;
 2)  for v in mr64 w2 mr56_w2 mr48_w2; do rows call2_rows_$v codes kernels_$v.py; done ;;
 3)  for v in roll norare norare_roll; do rows call3_rows_$v codes kernels_$v.py; done ;;
+4)  rows call4_rows_codes codes kernels_head.py
+    timeout 90 $py $here/graph_ab.py --dim 0 --outputs codes --rounds 3 --old kernels_head.py \
+        --shapes "None old" --alone-shapes "None old" \
+        --out "$out/call4_cols_codes.json" > "$out/call4_cols_codes.txt" 2>&1
+    timeout 240 $py -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "far_from_one or nonfinite or \
+        sr_draws or given_a_smaller or bit_identical_to_reference or several_tiles or fast_range" \
+        > "$out/call4_tests.txt" 2>&1 ;;
+5)  timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call5_kernels_checked.json" \
+        > "$out/call5_kernels_checked.txt" 2>&1
+    timeout 250 $py bench/train_bench.py --compile blocks --steps 8 --out "$out/call5_dense_blocks.json" \
+        > "$out/call5_dense_blocks.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
