@@ -107,9 +107,6 @@ PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan cache
 # The fast exact division (_div_fast) needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma
 # twice, so it takes the IEEE division unless its FMA has been made exact (tests/conftest.py does so).
 INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
-ROW_PREFETCH = 0  # read by _plan: _quantize_kernel's PF along rows
-ROW_PREFETCH_AHEAD = 4096
-ROW_RHT_CODES_MAXNREG = 0  # read by _plan: a register cap for the row codes kernels with RHT (0: none)
 # uniform-grid SR's y carries this constant (_round_to_grid): the uniform's 2**-9 * (1 + 2**-17)
 _SR_B = tl.constexpr(2.0**-9 * (1 + 2.0**-17))
 
@@ -596,14 +593,6 @@ def _mul_wide(a, b, ASM: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_l2(p):
-    """prefetch.global.L2 of the 128-byte line holding each address p: the bytes head for the L2, no
-    register waits for them (a later load of the line then comes from the L2)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [p.to(tl.int64)],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _randint4x(seed, offs, ROUNDS: tl.constexpr, ASM: tl.constexpr):
     """tl.randint4x(seed, offs, ROUNDS) for int32 offsets, the same bits, each round's two products by
     _mul_wide. Philox4x32 (Salmon et al., SC'11) as Triton runs it: counter (offs, 0, 0, 0), key (the
@@ -827,77 +816,6 @@ def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, 
     tl.atomic_max(amax_ptr + 1, (amax_c * 0.25).to(tl.int32, bitcast=True))
 
 
-@triton.jit
-def _rare_steps(x, f, deq, stored, yy, amax, finite, t, it, top: tl.constexpr, RHT: tl.constexpr, SCALE: tl.constexpr,
-                SR: tl.constexpr, UNIFORM: tl.constexpr, STEP: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
-                FAST_DIV: tl.constexpr, RG: tl.constexpr, F8: tl.constexpr):
-    """_quantize_kernel's tiles outside the fast range: the reference's steps (module text) -> (f, deq,
-    stored, yy). Only yy is replaced (a branch computing more from x costs a copy of the tile's
-    arithmetic in a second layout), and signed where the fast yy is (else the compiler takes |yy|
-    before the branch, where it cannot fold into the addition)."""
-    SR_SCALE: tl.constexpr = 0.001953125 / STEP
-    if SCALE == 0 and SR and FAST_DIV:
-        bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
-    if RG != 0.0:  # the fast s = amax / g may be off here
-        f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
-    if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
-        # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
-        # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
-        k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
-        fk = f * k * 4.0 if RHT else f * k
-        rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
-        rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
-        xk = x * k[:, :, None, None]
-        if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
-            yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
-            yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
-        else:
-            yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
-    else:
-        xr = x * 0.25 if RHT else x
-        fr = f[:, :, None, None]
-        yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
-        yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
-        yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-        if F8:
-            yy = yy * (0.001953125 / STEP)
-        if SR and UNIFORM:
-            yy = tl.fma(yy, SR_SCALE, _SR_B)
-    return f, deq, stored, yy
-
-
-@triton.jit
-def _codes_out(yy, u, xbits, finite, fe, stored, m, g, mask, codes_ptr, scales_ptr, K, mul16, UNIFORM: tl.constexpr,
-               STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr, F8: tl.constexpr, WANT_CODES: tl.constexpr,
-               WANT_DEQUANT: tl.constexpr, RHT: tl.constexpr, COLWISE: tl.constexpr, FOLD: tl.constexpr,
-               SAT: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr):
-    """_quantize_kernel's yy rounded to the grid: with WANT_CODES the codes packed and stored with the
-    scales `stored`; returns the level values q (WANT_DEQUANT; else yy)."""
-    q = yy
-    if F8:  # (codes only)
-        words = _pack_f8(yy, xbits, finite, F8)
-    else:
-        # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
-        # 96, one program an SM fewer: 4% slower, H200)
-        idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
-                                fe if FOLD else None)
-        if WANT_CODES:
-            # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
-            OFF: tl.constexpr = 0x4A800000 if not (UNIFORM or SR or WANT_DEQUANT) else \
-                (0x46800001 if SR else CB) if UNIFORM else 0
-            words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
-    if WANT_CODES:
-        tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
-        if BLOCK_2D:
-            sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
-            smask = mask & (m % 16 == 0)[:, None]
-        else:
-            sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
-            smask = mask & (g % (QB // 16) == 0)[None, :]
-        tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
-    return q
-
-
 @triton.jit(do_not_specialize=["seed"])
 def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
                      M, K, seed, nib,
@@ -911,8 +829,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
                      OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
                      X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0, LOOP: tl.constexpr = 1,
-                     ASM: tl.constexpr = False, PF: tl.constexpr = 0,
-                     PF_AHEAD: tl.constexpr = 0):
+                     ASM: tl.constexpr = False):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
@@ -929,11 +846,6 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # the level lines take x and f (_round_to_grid), no y (without, that took 72 registers a thread
     # against 62 and 1.08x the time, H200)
     SAT: tl.constexpr = SCALE != 0 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
-    # the fast range's top (_outside_fast_range): fp32 scales' f up to 2**100 for uniform SR (above, r * 2**-9
-    # / STEP would be subnormal), 2**113 for F8 (above, 4f * 2**9 / STEP is out of _div_fast's range), 2**122
-    # with RHT (4f), else 2**123
-    top: tl.constexpr = 0x71800000 if SCALE == 0 and SR and UNIFORM else 0x78000000 if SCALE == 0 and F8 else \
-        0x7C800000 if SCALE == 0 and RHT else 0x7D000000
     FOLD: tl.constexpr = SAT and SCALE == 2 and RHT
     if COLWISE:
         M = COLS
@@ -955,15 +867,6 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # that its load is under way while this tile is computed
     pid_a = tl.program_id(0) * LOOP
     pid_b = tl.program_id(1)
-    PREFETCH: tl.constexpr = PF if ASM and LOOP > 1 and BM == 1 and not COLWISE else 0
-    WPL: tl.constexpr = 1024 // x_ptr.dtype.element_ty.primitive_bitwidth  # words a 128-byte line
-    if PREFETCH == 1 or PREFETCH == 3:  # rows: tiles' lines into the L2 (PF 1: all of the program's at its
-        # start; PF 2: tile i + 2 while tile i + 1 is loaded; PF 3: those of the program PF_AHEAD programs on)
-        pf0 = pid_a.to(tl.int64) if I64 else pid_a
-        if PREFETCH == 3:
-            pf0 = pf0 + PF_AHEAD * LOOP
-        w = pf0 * (NG * 8) + tl.arange(0, LOOP * NG * 8 // WPL) * WPL
-        _prefetch_l2(x_ptr + tl.minimum(w, K // 2 - 1))
     xw = _tile_words(x_ptr, pid_a, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
     # codes outputs unroll the loop, 4 tiles at most (no copies of the next tile's words; with (1, 32, 1) x
     # 4 tiles, codes with RHT along rows 0.92-0.95x the time, H200; x 8 and x 16 took 1.24x and 1.87x);
@@ -973,9 +876,6 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         pid_m = pid_a + i if M_FIRST else pid_b
         m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
         x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw, m16)  # [BM, NG, 8, 2] fp32
-        if PREFETCH == 2 and LOOP > 2:
-            w = (pid_a + i + 2).to(tl.int64) * (NG * 8) + tl.arange(0, NG * 8 // WPL) * WPL
-            _prefetch_l2(x_ptr + tl.minimum(w, K // 2 - 1))
         if LOOP > 1:
             xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
         pm = None
@@ -994,6 +894,14 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
         # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
         if (RHT or SCALE != 2) and not FOLD:  # (e4m3's f may be NaN: outside too)
+            if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
+                top: tl.constexpr = 0x71800000
+            elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
+                top: tl.constexpr = 0x78000000
+            elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
+                top: tl.constexpr = 0x7C800000
+            else:
+                top: tl.constexpr = 0x7D000000
             if SCALE == 0:  # one test: the tile's largest bits(f) - bits(2**-98), unsigned (_outside_fast_range)
                 rare = tl.max(f.to(tl.uint32, bitcast=True) - 0x0E800000) > top - 0x0E800000
             else:
@@ -1038,26 +946,63 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
             yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
         if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
             yy = tl.fma(yy, SR_SCALE, _SR_B)
-        # codes outputs take the rare steps after the tile's stores, whose codes and scales they then
-        # write again: the fast path is one block of code (rows with RHT: E2M1 0.945x, H200)
-        LATE: tl.constexpr = WANT_CODES and not WANT_DEQUANT
-        if not LATE:
-            if rare:  # the reference's steps instead (_rare_steps)
-                f, deq, stored, yy = _rare_steps(x, f, deq, stored, yy, amax, finite, t, it, top, RHT, SCALE, SR,
-                                                 UNIFORM, STEP, G, E8_SHIFT, FAST_DIV, RG, F8)
+        if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
+            # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
+            # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
+            if SCALE == 0 and SR and FAST_DIV:
+                bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
+            if RG != 0.0:  # the fast s = amax / g may be off here
+                f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
+            if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
+                # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
+                # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
+                k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
+                fk = f * k * 4.0 if RHT else f * k
+                rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
+                rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
+                xk = x * k[:, :, None, None]
+                if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
+                    yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
+                    yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
+                else:
+                    yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
+            else:
+                xr = x * 0.25 if RHT else x
+                fr = f[:, :, None, None]
+                yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
+                yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
+                yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
+                if F8:
+                    yy = yy * (0.001953125 / STEP)
+                if SR and UNIFORM:
+                    yy = tl.fma(yy, SR_SCALE, _SR_B)
         u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
         if SR:
             if SEED_PTR:
                 seed = tl.load(seed_ptr)
             u = _uniforms(seed, m, g, K, BM, NG, ROUNDS, ASM)
-        q = _codes_out(yy, u, xbits, finite, fe, stored, m, g, mask, codes_ptr, scales_ptr, K, mul16, UNIFORM, STEP,
-                       CB, SR, F8, WANT_CODES, WANT_DEQUANT, RHT, COLWISE, FOLD, SAT, QB, BLOCK_2D)
-        if LATE:
-            if rare:
-                f, deq, stored, yy = _rare_steps(x, f, deq, stored, yy, amax, finite, t, it, top, RHT, SCALE, SR,
-                                                 UNIFORM, STEP, G, E8_SHIFT, FAST_DIV, RG, F8)
-                _codes_out(yy, u, xbits, finite, fe, stored, m, g, mask, codes_ptr, scales_ptr, K, mul16, UNIFORM,
-                           STEP, CB, SR, F8, WANT_CODES, WANT_DEQUANT, RHT, COLWISE, FOLD, SAT, QB, BLOCK_2D)
+        if F8:  # (codes only)
+            words = _pack_f8(yy, xbits, finite, F8)
+        else:
+            # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
+            # 96, one program an SM fewer: 4% slower, H200)
+            idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
+                                    fe if FOLD else None)
+            if WANT_CODES:
+                # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
+                OFF: tl.constexpr = 0x4A800000 if not (UNIFORM or SR or WANT_DEQUANT) else \
+                    (0x46800001 if SR else CB) if UNIFORM else 0
+                words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
+
+        if WANT_CODES:
+            tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
+            if BLOCK_2D:
+                sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
+                smask = mask & (m % 16 == 0)[:, None]
+            else:
+                sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
+                smask = mask & (g % (QB // 16) == 0)[None, :]
+            tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
         if pid_m == 0 and pid_g == 0:
             tl.store(tscale_ptr, t)
         if WANT_DEQUANT:
@@ -1518,13 +1463,10 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
                   (K // 16) % ng == 0 and M % bm == 0 and grid[0] % loop == 0,
                   # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
-                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop, not interpret,
-                  ROW_PREFETCH if not colwise else 0, ROW_PREFETCH_AHEAD)
+                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop, not interpret)
     return _Plan(colwise, M, K, (_cdiv(grid[0], loop), grid[1]), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
-                 constexprs, (("num_warps", nw), ("enable_fp_fusion", False)) +
-                 ((("maxnreg", ROW_RHT_CODES_MAXNREG),) if ROW_RHT_CODES_MAXNREG and rht and not colwise and
-                  not want_dequant and not interpret else ()))
+                 constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))
 
 
 def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode: str = "fp32", sr: bool = False,
