@@ -22,7 +22,8 @@
 #                                                          kernels before, kernels_head.py; the kernel tests of
 #                                                          the fast range's edges on the GPU)
 #   bash bench/results/h200_2026-12-02_y/commands.sh 5  -> call5_*  (row codes against two timing diagnostics of
-#                                                          the rare test; the checked kernel table)
+#                                                          the rare test)
+#   bash bench/results/h200_2026-12-02_y/commands.sh 6  -> call6_*  (the checked kernel table)
 # kernels_opaque.py: the commit's kernels.py so cut with fp32 scales' rare = nib < 0 (a runtime false: the branch
 #   kept, no reduction across the tile); kernels_defer.py: with each group's out-of-range test or-ed into a
 #   flag over the program's tiles, rare = False, and one reduction of the flags after the loop guarding a
@@ -57,8 +58,8 @@ case "$c" in
         sr_draws or given_a_smaller or bit_identical_to_reference or several_tiles or fast_range" \
         > "$out/call4_tests.txt" 2>&1 ;;
 5)  rows call5_rows_opaque codes kernels_opaque.py
-    rows call5_rows_defer codes kernels_defer.py
-    timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call5_kernels_checked.json" \
-        > "$out/call5_kernels_checked.txt" 2>&1 ;;
+    rows call5_rows_defer codes kernels_defer.py ;;
+6)  timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call6_kernels_checked.json" \
+        > "$out/call6_kernels_checked.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
