@@ -28,6 +28,8 @@
 #   kept, no reduction across the tile); kernels_defer.py: with each group's out-of-range test or-ed into a
 #   flag over the program's tiles, rare = False, and one reduction of the flags after the loop guarding a
 #   store (where a real kernel would do its tiles again by the reference's steps). Timing only.
+#   kernels_deferred.py: the kernel that does so (_quantize_tile, DEFER along rows for codes outputs), as
+#   committed after the call
 # kernels_head.py: e028189's kernels.py so cut (the kernels of the README's table but two column kinds)
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/y}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
@@ -58,7 +60,8 @@ case "$c" in
         sr_draws or given_a_smaller or bit_identical_to_reference or several_tiles or fast_range" \
         > "$out/call4_tests.txt" 2>&1 ;;
 5)  rows call5_rows_opaque codes kernels_opaque.py
-    rows call5_rows_defer codes kernels_defer.py ;;
+    rows call5_rows_defer codes kernels_defer.py
+    rows call5_rows_deferred codes kernels_deferred.py ;;
 6)  timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call6_kernels_checked.json" \
         > "$out/call6_kernels_checked.txt" 2>&1 ;;
 esac
