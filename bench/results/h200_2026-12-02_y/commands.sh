@@ -24,8 +24,9 @@
 #   bash bench/results/h200_2026-12-02_y/commands.sh 5  -> call5_*  (row codes against two timing diagnostics of
 #                                                          the rare test)
 #   bash bench/results/h200_2026-12-02_y/commands.sh 6  -> call6_*  (the deferred test's kernels: row codes against
-#                                                          kernels_head.py; the checked kernel table; the kernel
-#                                                          tests of tensors far from one on the GPU)
+#                                                          kernels_head.py; the kernel tests of the fast range's
+#                                                          edges on the GPU)
+#   bash bench/results/h200_2026-12-02_y/commands.sh 7  -> call7_*  (the checked kernel table)
 # kernels_opaque.py: the commit's kernels.py so cut with fp32 scales' rare = nib < 0 (a runtime false: the branch
 #   kept, no reduction across the tile); kernels_defer.py: with each group's out-of-range test or-ed into a
 #   flag over the program's tiles, rare = False, and one reduction of the flags after the loop guarding a
@@ -65,9 +66,9 @@ case "$c" in
     rows call5_rows_defer codes kernels_defer.py
     rows call5_rows_deferred codes kernels_deferred.py ;;
 6)  rows call6_rows_codes codes kernels_head.py
-    timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call6_kernels_checked.json" \
-        > "$out/call6_kernels_checked.txt" 2>&1
     timeout 45 $py -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "far_from_one and fp32 or once_a_program" \
         > "$out/call6_tests.txt" 2>&1 ;;
+7)  timeout 230 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call7_kernels_checked.json" \
+        > "$out/call7_kernels_checked.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
