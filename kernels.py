@@ -107,7 +107,6 @@ PHILOX_ROUNDS = 7  # read when a call's launch plan is made (kernels._plan cache
 # The fast exact division (_div_fast) needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma
 # twice, so it takes the IEEE division unless its FMA has been made exact (tests/conftest.py does so).
 INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
-DEFER_ROWS = True
 # uniform-grid SR's y carries this constant (_round_to_grid): the uniform's 2**-9 * (1 + 2**-17)
 _SR_B = tl.constexpr(2.0**-9 * (1 + 2.0**-17))
 
@@ -817,173 +816,6 @@ def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, 
     tl.atomic_max(amax_ptr + 1, (amax_c * 0.25).to(tl.int32, bitcast=True))
 
 
-@triton.jit
-def _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr, M, K, seed,
-                   xw, signs, t, it, m16, mul16, pid_m, pid_g,
-                   SEED_PTR: tl.constexpr, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr,
-                   BLOCK_2D: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
-                   KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SR: tl.constexpr, UNIFORM: tl.constexpr,
-                   STEP: tl.constexpr, CB: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
-                   FAST_DIV: tl.constexpr, WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr,
-                   OUT_MODE: tl.constexpr, X_BITS: tl.constexpr, ROUNDS: tl.constexpr, RG: tl.constexpr,
-                   OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, X_BF16: tl.constexpr, EVEN: tl.constexpr,
-                   F8: tl.constexpr, ASM: tl.constexpr, SAT: tl.constexpr, FOLD: tl.constexpr, RARE: tl.constexpr):
-    """One tile of _quantize_kernel (its arguments; xw: the tile's words as loaded, t and it: e4m3's tensor
-    scale and its reciprocal along rows). RARE 0: a tile with a group outside the fast range takes the
-    reference's steps (a test across the tile and a branch); 1: none does, and the groups outside are
-    returned [BM, NG] (else all False) for the caller to do the tile again with RARE 2: the reference's
-    steps for every group."""
-    SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
-    pend = tl.zeros((BM, NG), tl.int1)
-    m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
-    x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw, m16)  # [BM, NG, 8, 2] fp32
-    pm = None
-    if RHT and (COLWISE or (QB == 32 and WANT_DEQUANT)):  # 4x the rotated tensor: its 0.25 is applied
-        x = _rotate(x, signs)                              # to the block amax and to f (below)
-    elif RHT:  # rows: the block amax from the pairs' maxima (codes 2-3% faster, H200; columns 1.00-1.01x)
-        x, pm = _rotate(x, signs, 2)
-    xbits = x.to(tl.int32, bitcast=True)
-    a = _block_amax(x, BM, NG, QB, BLOCK_2D, pm)                      # [BM, NG]
-    finite = a < float("inf")                                         # False for NaN
-    amax = tl.where(finite, a, 0.0)
-    if RHT:
-        amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
-    if SCALE == 1 and COLWISE:
-        t, it = _tensor_scale(amax_ptr, G)
-    f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
-    # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
-    if (RHT or SCALE != 2) and not FOLD:  # (e4m3's f may be NaN: outside too)
-        if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
-            top: tl.constexpr = 0x71800000
-        elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
-            top: tl.constexpr = 0x78000000
-        elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
-            top: tl.constexpr = 0x7C800000
-        else:
-            top: tl.constexpr = 0x7D000000
-        if SCALE == 0:  # one test: the tile's largest bits(f) - bits(2**-98), unsigned (_outside_fast_range)
-            if RARE == 0:
-                rare = tl.max(f.to(tl.uint32, bitcast=True) - 0x0E800000) > top - 0x0E800000
-            else:
-                bad = f.to(tl.uint32, bitcast=True) - 0x0E800000 > top - 0x0E800000
-        else:
-            bad = _outside_fast_range(f, top)
-            if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
-                bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | \
-                    _outside_fast_range(t + tl.zeros_like(amax))
-            if SAT and SCALE == 1:  # |y| <= RN(amax * f) (rounding is monotone): under 8 unless amax_T < amax
-                bad = bad | (amax * f >= 8.0)
-            if RARE == 0:
-                rare = tl.max(bad.to(tl.int32)) > 0
-        if RARE == 1:  # the program's test after its tiles (the caller's)
-            pend = bad
-            rare = False
-        elif RARE == 2:
-            rare = True
-    else:  # e8m0 without RHT: y = x * 2**-e is exact; FOLD: so is x * f / 4 and each line's product
-        rare = False
-    ff = f
-    if RHT:
-        ff = f * 4.0 if SCALE == 0 else f * 0.25
-    if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
-        ff = ff * (512.0 * STEP)
-    fe = ff[:, :, None, None]
-    if FOLD:
-        y = x
-    elif SCALE != 0:
-        y = x * fe
-    elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast (a tile with f out of range takes the rare branch),
-        # the IEEE division in the interpreter (FAST_DIV 1)
-        r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
-        r = r1[:, :, None, None]
-        if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
-            rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
-            if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
-                y = tl.fma(tl.abs(x), (rs * SR_SCALE)[:, :, None, None], _SR_B)
-            else:
-                y = x * rs[:, :, None, None]
-        elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
-            y = _div_bf16(x, fe, r)
-        else:  # only the level y rounds to is used: _div_level
-            y = _div_level(x, fe, r)
-    else:
-        y = tl.math.div_rn(x, fe)
-    if SAT:  # |y| < 8: not clamped here, _pack_codes takes the level index 8 of y in [7, 8) down
-        yy = y  # to 7, eight at once
-    else:
-        yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
-    if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
-        yy = tl.fma(yy, SR_SCALE, _SR_B)
-    if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
-        # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
-        # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
-        if SCALE == 0 and SR and FAST_DIV:
-            bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
-        if RG != 0.0:  # the fast s = amax / g may be off here
-            f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
-        if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
-            # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
-            # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
-            k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
-            fk = f * k * 4.0 if RHT else f * k
-            rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
-            rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
-            xk = x * k[:, :, None, None]
-            if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
-                yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
-                yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
-            else:
-                yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
-        else:
-            xr = x * 0.25 if RHT else x
-            fr = f[:, :, None, None]
-            yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
-            yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
-            yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-            if F8:
-                yy = yy * (0.001953125 / STEP)
-            if SR and UNIFORM:
-                yy = tl.fma(yy, SR_SCALE, _SR_B)
-    u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
-    if SR:
-        if SEED_PTR:
-            seed = tl.load(seed_ptr)
-        u = _uniforms(seed, m, g, K, BM, NG, ROUNDS, ASM)
-    if F8:  # (codes only)
-        words = _pack_f8(yy, xbits, finite, F8)
-    else:
-        # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
-        # 96, one program an SM fewer: 4% slower, H200)
-        idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
-                                fe if FOLD else None)
-        if WANT_CODES:
-            # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
-            OFF: tl.constexpr = 0x4A800000 if not (UNIFORM or SR or WANT_DEQUANT) else \
-                (0x46800001 if SR else CB) if UNIFORM else 0
-            words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
-
-    if WANT_CODES:
-        tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
-        if BLOCK_2D:
-            sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
-            smask = mask & (m % 16 == 0)[:, None]
-        else:
-            sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
-            smask = mask & (g % (QB // 16) == 0)[None, :]
-        tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
-    if pid_m == 0 and pid_g == 0:
-        tl.store(tscale_ptr, t)
-    if WANT_DEQUANT:
-        qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | (xbits & -2147483648))  # ±level (-0.0 kept)
-        step = M
-        if OUT_STRIDE != 0:  # element e of x goes to out's row e // OUT_ROW (a group never spans rows)
-            base = base // OUT_ROW * OUT_STRIDE + base % OUT_ROW
-            step = OUT_STRIDE
-        _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, step, COLWISE, RHT,
-                       KEEP_ROTATED, OUT_MODE)
-    return pend
-
-
 @triton.jit(do_not_specialize=["seed"])
 def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
                      M, K, seed, nib,
@@ -997,7 +829,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      X_BITS: tl.constexpr, ROUNDS: tl.constexpr, COLS: tl.constexpr, RG: tl.constexpr,
                      OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr, M_FIRST: tl.constexpr,
                      X_BF16: tl.constexpr, EVEN: tl.constexpr, F8: tl.constexpr = 0, LOOP: tl.constexpr = 1,
-                     ASM: tl.constexpr = False, DEFER: tl.constexpr = False):
+                     ASM: tl.constexpr = False):
     """Quantize the [BM, NG*16] tile of the [M, K] view; OUT_MODE 0 fp32, 1 bf16 native, 2 bf16 bits;
     SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr (drawn on the device). COLS: M when
     COLWISE (_tile_offsets), else 0. RG: RN(1 / g_max) for the fast fp32 and e4m3 block scales, else 0.
@@ -1008,6 +840,7 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     the view exactly (_tile_offsets). LOOP: tiles a program, one after another along the grid's first
     axis, each loading the next one's data before its own arithmetic. ASM: inline PTX may be used (not
     in the interpreter)."""
+    SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
     # codes of the whole E2M1 grid with e8m0 or e4m3 scales: |y| < 8 (e4m3: groups where it is not take
     # the reference's steps), clamped to the grid in _pack_codes; e8m0's y = x * f is exact: with RHT
     # the level lines take x and f (_round_to_grid), no y (without, that took 72 registers a thread
@@ -1038,29 +871,148 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     # codes outputs unroll the loop, 4 tiles at most (no copies of the next tile's words; with (1, 32, 1) x
     # 4 tiles, codes with RHT along rows 0.92-0.95x the time, H200; x 8 and x 16 took 1.24x and 1.87x);
     # dequant outputs keep it (unrolled: up to 1.19x)
-    pend = tl.zeros((BM, NG), tl.int1)
     for i in tl.range(LOOP, loop_unroll_factor=1 if WANT_DEQUANT else min(LOOP, 4)):
         pid_g = pid_b if M_FIRST else pid_a + i
         pid_m = pid_a + i if M_FIRST else pid_b
-        xt = xw
+        m, g, mask, base = _tile_offsets(pid_m, pid_g, M, K, BM, NG, COLWISE, I64, EVEN)
+        x = _load_tile(x_ptr, None, None, M, COLWISE, X_BITS, signs, xw, m16)  # [BM, NG, 8, 2] fp32
         if LOOP > 1:
             xw = _tile_words(x_ptr, pid_a + i + 1, pid_b, M, K, i + 1 < LOOP, BM, NG, COLWISE, I64, EVEN, M_FIRST)
-        pend = pend | _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
-                                     M, K, seed, xt, signs, t, it, m16, mul16, pid_m, pid_g, SEED_PTR, BM, NG, QB,
-                                     BLOCK_2D, COLWISE, I64, RHT, KEEP_ROTATED, SCALE, SR, UNIFORM, STEP, CB, G,
-                                     E8_SHIFT, FAST_DIV, WANT_CODES, WANT_DEQUANT, OUT_MODE, X_BITS, ROUNDS, RG,
-                                     OUT_ROW, OUT_STRIDE, X_BF16, EVEN, F8, ASM, SAT, FOLD, 1 if DEFER else 0)
-    if DEFER:  # groups out of the fast range: the program's tiles again, by the reference's steps
-        if tl.max(pend.to(tl.int32)) > 0:
-            for i in tl.range(LOOP):
-                pid_g = pid_b if M_FIRST else pid_a + i
-                pid_m = pid_a + i if M_FIRST else pid_b
-                xt = _tile_words(x_ptr, pid_a + i, pid_b, M, K, True, BM, NG, COLWISE, I64, EVEN, M_FIRST)
-                _quantize_tile(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
-                               M, K, seed, xt, signs, t, it, m16, mul16, pid_m, pid_g, SEED_PTR, BM, NG, QB,
-                               BLOCK_2D, COLWISE, I64, RHT, KEEP_ROTATED, SCALE, SR, UNIFORM, STEP, CB, G,
-                               E8_SHIFT, FAST_DIV, WANT_CODES, WANT_DEQUANT, OUT_MODE, X_BITS, ROUNDS, RG,
-                               OUT_ROW, OUT_STRIDE, X_BF16, EVEN, F8, ASM, SAT, FOLD, 2)
+        pm = None
+        if RHT and (COLWISE or (QB == 32 and WANT_DEQUANT)):  # 4x the rotated tensor: its 0.25 is applied
+            x = _rotate(x, signs)                              # to the block amax and to f (below)
+        elif RHT:  # rows: the block amax from the pairs' maxima (codes 2-3% faster, H200; columns 1.00-1.01x)
+            x, pm = _rotate(x, signs, 2)
+        xbits = x.to(tl.int32, bitcast=True)
+        a = _block_amax(x, BM, NG, QB, BLOCK_2D, pm)                      # [BM, NG]
+        finite = a < float("inf")                                         # False for NaN
+        amax = tl.where(finite, a, 0.0)
+        if RHT:
+            amax = amax * 0.25  # the max of the rotated |values| (rounding x * 0.25 is monotone)
+        if SCALE == 1 and COLWISE:
+            t, it = _tensor_scale(amax_ptr, G)
+        f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
+        # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
+        if (RHT or SCALE != 2) and not FOLD:  # (e4m3's f may be NaN: outside too)
+            if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
+                top: tl.constexpr = 0x71800000
+            elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
+                top: tl.constexpr = 0x78000000
+            elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
+                top: tl.constexpr = 0x7C800000
+            else:
+                top: tl.constexpr = 0x7D000000
+            if SCALE == 0:  # one test: the tile's largest bits(f) - bits(2**-98), unsigned (_outside_fast_range)
+                rare = tl.max(f.to(tl.uint32, bitcast=True) - 0x0E800000) > top - 0x0E800000
+            else:
+                bad = _outside_fast_range(f, top)
+                if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
+                    bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | \
+                        _outside_fast_range(t + tl.zeros_like(amax))
+                if SAT and SCALE == 1:  # |y| <= RN(amax * f) (rounding is monotone): under 8 unless amax_T < amax
+                    bad = bad | (amax * f >= 8.0)
+                rare = tl.max(bad.to(tl.int32)) > 0
+        else:  # e8m0 without RHT: y = x * 2**-e is exact; FOLD: so is x * f / 4 and each line's product
+            rare = False
+        ff = f
+        if RHT:
+            ff = f * 4.0 if SCALE == 0 else f * 0.25
+        if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
+            ff = ff * (512.0 * STEP)
+        fe = ff[:, :, None, None]
+        if FOLD:
+            y = x
+        elif SCALE != 0:
+            y = x * fe
+        elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast (a tile with f out of range takes the rare branch),
+            # the IEEE division in the interpreter (FAST_DIV 1)
+            r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
+            r = r1[:, :, None, None]
+            if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
+                rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
+                if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
+                    y = tl.fma(tl.abs(x), (rs * SR_SCALE)[:, :, None, None], _SR_B)
+                else:
+                    y = x * rs[:, :, None, None]
+            elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
+                y = _div_bf16(x, fe, r)
+            else:  # only the level y rounds to is used: _div_level
+                y = _div_level(x, fe, r)
+        else:
+            y = tl.math.div_rn(x, fe)
+        if SAT:  # |y| < 8: not clamped here, _pack_codes takes the level index 8 of y in [7, 8) down
+            yy = y  # to 7, eight at once
+        else:
+            yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
+        if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
+            yy = tl.fma(yy, SR_SCALE, _SR_B)
+        if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
+            # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
+            # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
+            if SCALE == 0 and SR and FAST_DIV:
+                bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
+            if RG != 0.0:  # the fast s = amax / g may be off here
+                f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
+            if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
+                # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
+                # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
+                k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
+                fk = f * k * 4.0 if RHT else f * k
+                rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
+                rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
+                xk = x * k[:, :, None, None]
+                if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
+                    yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
+                    yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
+                else:
+                    yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
+            else:
+                xr = x * 0.25 if RHT else x
+                fr = f[:, :, None, None]
+                yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
+                yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
+                yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
+                if F8:
+                    yy = yy * (0.001953125 / STEP)
+                if SR and UNIFORM:
+                    yy = tl.fma(yy, SR_SCALE, _SR_B)
+        u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
+        if SR:
+            if SEED_PTR:
+                seed = tl.load(seed_ptr)
+            u = _uniforms(seed, m, g, K, BM, NG, ROUNDS, ASM)
+        if F8:  # (codes only)
+            words = _pack_f8(yy, xbits, finite, F8)
+        else:
+            # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
+            # 96, one program an SM fewer: 4% slower, H200)
+            idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
+                                    fe if FOLD else None)
+            if WANT_CODES:
+                # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
+                OFF: tl.constexpr = 0x4A800000 if not (UNIFORM or SR or WANT_DEQUANT) else \
+                    (0x46800001 if SR else CB) if UNIFORM else 0
+                words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
+
+        if WANT_CODES:
+            tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
+            if BLOCK_2D:
+                sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
+                smask = mask & (m % 16 == 0)[:, None]
+            else:
+                sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
+                smask = mask & (g % (QB // 16) == 0)[None, :]
+            tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
+        if pid_m == 0 and pid_g == 0:
+            tl.store(tscale_ptr, t)
+        if WANT_DEQUANT:
+            qs = _bits_to_f32(q.to(tl.int32, bitcast=True) | (xbits & -2147483648))  # ±level (-0.0 kept)
+            step = M
+            if OUT_STRIDE != 0:  # element e of x goes to out's row e // OUT_ROW (a group never spans rows)
+                base = base // OUT_ROW * OUT_STRIDE + base % OUT_ROW
+                step = OUT_STRIDE
+            _store_dequant(out_ptr, qs * deq[:, :, None, None], signs_ptr, base, mask, step, COLWISE, RHT,
+                           KEEP_ROTATED, OUT_MODE)
 
 
 @triton.jit
@@ -1479,12 +1431,6 @@ class _Plan(NamedTuple):
     options: tuple
 
 
-def _defer(colwise, want_codes, want_dequant, scale_mode, sr, rht) -> bool:
-    """Whether _quantize_kernel tests its tiles for groups outside the fast range once, after them
-    (DEFER), rather than each tile before its rounding."""
-    return DEFER_ROWS and not colwise and want_codes and not want_dequant
-
-
 @functools.lru_cache(maxsize=4096)
 def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d, dim, out_dtype, keep_rotated,
           want_codes, want_dequant, tile, fast_div, out_stride=0, arch=0) -> _Plan:
@@ -1517,8 +1463,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                   shape[-1], out_stride, m_first, dtype == torch.bfloat16 and not rht,
                   (K // 16) % ng == 0 and M % bm == 0 and grid[0] % loop == 0,
                   # codes of a uniform grid rounded to nearest with fp32 scales: by e4m3 casts (_pack_f8)
-                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop, not interpret,
-                  _defer(colwise, want_codes, want_dequant, scale_mode, sr, rht))
+                  (1 if interpret or not _f8_cast(arch) else 2) if f8 else 0, loop, not interpret)
     return _Plan(colwise, M, K, (_cdiv(grid[0], loop), grid[1]), lead + (kq // 2,),
                  (M // 16, K // 16) if block_2d else lead + (kq // block,), out_dtype, out_mode, words,
                  constexprs, (("num_warps", nw), ("enable_fp_fusion", False)))

@@ -656,33 +656,6 @@ def test_programs_of_several_tiles(dim):
                         assert_same_bits(got[j], want[j], f"{what} {part}")
 
 
-def test_row_codes_test_the_fast_range_once_a_program(monkeypatch):
-    """Row codes outputs test their groups for the fast range once a program, after its tiles, and do
-    them all again by the reference's steps where a group lies outside (kernels.DEFER_ROWS): a tiny and
-    a huge group among ordinary ones, programs of 3 tiles that the shape does not fill. The reference's
-    bits, and the same bits (SR: the same draws) as the test before each tile's rounding."""
-    g = torch.Generator().manual_seed(12)
-    x = torch.randn(40, 48, generator=g)
-    x[3, :16] *= 1e-36
-    x[17, 16:32] *= 1e38  # (UFP4's codes and E2M1's scales there differ from the fast steps')
-    x = x.clamp(-3e38, 3e38).to(torch.bfloat16)
-    tile = (1, 2, 1, False, 3)
-    for spec in (quant.QuantSpec("e2m1", 16, "fp32", rht=True), quant.QuantSpec("e1m2", 16, "fp32"),
-                 quant.QuantSpec("e2m1", 16, "e4m3", rht=True), quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True)):
-        kw = kernel_args(spec, -1, want_dequant=False, seed=3)
-        got = kernels.quantize(x.to(DEV), tile=tile, **kw)
-        with monkeypatch.context() as m:  # (the launch plans are cached: cleared on either side)
-            m.setattr(kernels, "DEFER_ROWS", False)
-            kernels._plan.cache_clear()
-            per_tile = kernels.quantize(x.to(DEV), tile=tile, **kw)
-        kernels._plan.cache_clear()
-        ref = None if spec.rounding == "sr" else quant.quantize(x, spec, -1, signs=SIGNS)
-        for j, part in enumerate(("codes", "scales", "tensor scale")):
-            assert_same_bits(got[j], per_tile[j], f"{spec} {part}, deferred vs per tile")
-            if ref is not None:
-                assert_same_bits(got[j], (ref.codes, ref.scales, ref.tensor_scale)[j], f"{spec} {part}")
-
-
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 def test_e1m2_equals_int4_and_fake_quantize_equals_quantize(scale):
     x = make_x((5, 64), torch.bfloat16, seed=9)
