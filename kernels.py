@@ -816,6 +816,133 @@ def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, 
     tl.atomic_max(amax_ptr + 1, (amax_c * 0.25).to(tl.int32, bitcast=True))
 
 
+@triton.jit
+def _fast_y(x, f, SCALE: tl.constexpr, RHT: tl.constexpr, F8: tl.constexpr, STEP: tl.constexpr, FOLD: tl.constexpr,
+            FAST_DIV: tl.constexpr, SR: tl.constexpr, UNIFORM: tl.constexpr, X_BF16: tl.constexpr, SAT: tl.constexpr,
+            G: tl.constexpr):
+    """_quantize_kernel's y = x / scale by the fast steps (module text), as _round_to_grid takes it, and
+    the per-group factor fe [BM, NG, 1, 1] it was computed with: (fe, yy)."""
+    SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
+    ff = f
+    if RHT:
+        ff = f * 4.0 if SCALE == 0 else f * 0.25
+    if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
+        ff = ff * (512.0 * STEP)
+    fe = ff[:, :, None, None]
+    if FOLD:
+        y = x
+    elif SCALE != 0:
+        y = x * fe
+    elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast (a tile with f out of range takes the rare branch),
+        # the IEEE division in the interpreter (FAST_DIV 1)
+        r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
+        r = r1[:, :, None, None]
+        if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
+            rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
+            if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
+                y = tl.fma(tl.abs(x), (rs * SR_SCALE)[:, :, None, None], _SR_B)
+            else:
+                y = x * rs[:, :, None, None]
+        elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
+            y = _div_bf16(x, fe, r)
+        else:  # only the level y rounds to is used: _div_level
+            y = _div_level(x, fe, r)
+    else:
+        y = tl.math.div_rn(x, fe)
+    if SAT:  # |y| < 8: not clamped here, _pack_codes takes the level index 8 of y in [7, 8) down
+        yy = y  # to 7, eight at once
+    else:
+        yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
+    if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
+        yy = tl.fma(yy, SR_SCALE, _SR_B)
+    return fe, yy
+
+
+@triton.jit
+def _outside_tile(f, amax, t, top: tl.constexpr, SCALE: tl.constexpr, RG: tl.constexpr, SAT: tl.constexpr):
+    """Whether a group of the tile lies outside the fast range (_quantize_kernel's f per group, e4m3's
+    tensor scale t; top: _outside_fast_range's), a scalar for the whole tile."""
+    if SCALE == 0:  # one test: the tile's largest bits(f) - bits(2**-98), unsigned (_outside_fast_range)
+        return tl.max(f.to(tl.uint32, bitcast=True) - 0x0E800000) > top - 0x0E800000
+    bad = _outside_fast_range(f, top)
+    if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
+        bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | _outside_fast_range(t + tl.zeros_like(amax))
+    if SAT and SCALE == 1:  # |y| <= RN(amax * f) (rounding is monotone): under 8 unless amax_T < amax
+        bad = bad | (amax * f >= 8.0)
+    return tl.max(bad.to(tl.int32)) > 0
+
+
+@triton.jit
+def _rare_steps(x, f, deq, stored, yy, amax, finite, t, it, top: tl.constexpr, RHT: tl.constexpr, SCALE: tl.constexpr,
+                SR: tl.constexpr, UNIFORM: tl.constexpr, STEP: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr,
+                FAST_DIV: tl.constexpr, RG: tl.constexpr, F8: tl.constexpr):
+    """_quantize_kernel's tiles outside the fast range: the reference's steps (module text) -> (f, deq,
+    stored, yy). Only yy is replaced (a branch computing more from x costs a copy of the tile's
+    arithmetic in a second layout), and signed where the fast yy is (else the compiler takes |yy|
+    before the branch, where it cannot fold into the addition)."""
+    SR_SCALE: tl.constexpr = 0.001953125 / STEP
+    if SCALE == 0 and SR and FAST_DIV:
+        bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
+    if RG != 0.0:  # the fast s = amax / g may be off here
+        f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
+    if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
+        # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
+        # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
+        k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
+        fk = f * k * 4.0 if RHT else f * k
+        rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
+        rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
+        xk = x * k[:, :, None, None]
+        if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
+            yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
+            yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
+        else:
+            yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
+    else:
+        xr = x * 0.25 if RHT else x
+        fr = f[:, :, None, None]
+        yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
+        yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
+        yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
+        if F8:
+            yy = yy * (0.001953125 / STEP)
+        if SR and UNIFORM:
+            yy = tl.fma(yy, SR_SCALE, _SR_B)
+    return f, deq, stored, yy
+
+
+@triton.jit
+def _codes_out(yy, u, xbits, finite, fe, stored, m, g, mask, codes_ptr, scales_ptr, K, mul16, UNIFORM: tl.constexpr,
+               STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr, F8: tl.constexpr, WANT_CODES: tl.constexpr,
+               WANT_DEQUANT: tl.constexpr, RHT: tl.constexpr, COLWISE: tl.constexpr, FOLD: tl.constexpr,
+               SAT: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr):
+    """_quantize_kernel's yy rounded to the grid: with WANT_CODES the codes packed and stored with the
+    scales `stored`; returns the level values q (WANT_DEQUANT; else yy)."""
+    q = yy
+    if F8:  # (codes only)
+        words = _pack_f8(yy, xbits, finite, F8)
+    else:
+        # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
+        # 96, one program an SM fewer: 4% slower, H200)
+        idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
+                                fe if FOLD else None)
+        if WANT_CODES:
+            # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
+            OFF: tl.constexpr = 0x4A800000 if not (UNIFORM or SR or WANT_DEQUANT) else \
+                (0x46800001 if SR else CB) if UNIFORM else 0
+            words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
+    if WANT_CODES:
+        tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
+        if BLOCK_2D:
+            sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
+            smask = mask & (m % 16 == 0)[:, None]
+        else:
+            sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
+            smask = mask & (g % (QB // 16) == 0)[None, :]
+        tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
+    return q
+
+
 @triton.jit(do_not_specialize=["seed"])
 def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr, tscale_ptr, seed_ptr,
                      M, K, seed, nib,
@@ -840,13 +967,17 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
     the view exactly (_tile_offsets). LOOP: tiles a program, one after another along the grid's first
     axis, each loading the next one's data before its own arithmetic. ASM: inline PTX may be used (not
     in the interpreter)."""
-    SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP: uniform SR's |y| at spacing 2**-9
     # codes of the whole E2M1 grid with e8m0 or e4m3 scales: |y| < 8 (e4m3: groups where it is not take
     # the reference's steps), clamped to the grid in _pack_codes; e8m0's y = x * f is exact: with RHT
     # the level lines take x and f (_round_to_grid), no y (without, that took 72 registers a thread
     # against 62 and 1.08x the time, H200)
     SAT: tl.constexpr = SCALE != 0 and G == 6.0 and not (UNIFORM or SR or WANT_DEQUANT)
     FOLD: tl.constexpr = SAT and SCALE == 2 and RHT
+    # the fast range's top (_outside_fast_range): fp32 scales' f up to 2**100 for uniform SR (above, r * 2**-9
+    # / STEP would be subnormal), 2**113 for F8 (above, 4f * 2**9 / STEP is out of _div_fast's range), 2**122
+    # with RHT (4f), else 2**123
+    top: tl.constexpr = 0x71800000 if SCALE == 0 and SR and UNIFORM else 0x78000000 if SCALE == 0 and F8 else \
+        0x7C800000 if SCALE == 0 and RHT else 0x7D000000
     if COLWISE:
         M = COLS
     signs = _signs(signs_ptr) if RHT else None
@@ -894,115 +1025,20 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
         f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT, RG, X_BF16)  # per group
         # the fast path's shortcuts hold while every f of the tile is in [2**-98, 2**123] (module text)
         if (RHT or SCALE != 2) and not FOLD:  # (e4m3's f may be NaN: outside too)
-            if SCALE == 0 and SR and UNIFORM:  # f up to 2**100: above, r * 2**-9 / STEP would be subnormal
-                top: tl.constexpr = 0x71800000
-            elif SCALE == 0 and F8:  # f up to 2**113: above, 4f * 2**9 / STEP is out of _div_fast's range
-                top: tl.constexpr = 0x78000000
-            elif SCALE == 0 and RHT:  # f up to 2**122: above, 4f is out of _div_fast's range
-                top: tl.constexpr = 0x7C800000
-            else:
-                top: tl.constexpr = 0x7D000000
-            if SCALE == 0:  # one test: the tile's largest bits(f) - bits(2**-98), unsigned (_outside_fast_range)
-                rare = tl.max(f.to(tl.uint32, bitcast=True) - 0x0E800000) > top - 0x0E800000
-            else:
-                bad = _outside_fast_range(f, top)
-                if RG != 0.0 and SCALE == 1:  # _block_scale's fast range (t broadcast: the interpreter needs it)
-                    bad = bad | ((amax < 1.5777218104420236e-30) & (amax > 0)) | \
-                        _outside_fast_range(t + tl.zeros_like(amax))
-                if SAT and SCALE == 1:  # |y| <= RN(amax * f) (rounding is monotone): under 8 unless amax_T < amax
-                    bad = bad | (amax * f >= 8.0)
-                rare = tl.max(bad.to(tl.int32)) > 0
+            rare = _outside_tile(f, amax, t, top, SCALE, RG, SAT)
         else:  # e8m0 without RHT: y = x * 2**-e is exact; FOLD: so is x * f / 4 and each line's product
             rare = False
-        ff = f
-        if RHT:
-            ff = f * 4.0 if SCALE == 0 else f * 0.25
-        if F8:  # y' = y * 2**-9 / STEP (exact: a power of two) for _pack_f8
-            ff = ff * (512.0 * STEP)
-        fe = ff[:, :, None, None]
-        if FOLD:
-            y = x
-        elif SCALE != 0:
-            y = x * fe
-        elif FAST_DIV:  # RN(1 / f): on GPUs _rcp_fast (a tile with f out of range takes the rare branch),
-            # the IEEE division in the interpreter (FAST_DIV 1)
-            r1 = _rcp_fast(ff) if FAST_DIV == 2 else tl.math.div_rn(1.0, ff)
-            r = r1[:, :, None, None]
-            if SR:  # x * (r less 4 ulps): |y| <= g_max, no clamp; within 5 ulps of x / s (module doc)
-                rs = _bits_to_f32(r1.to(tl.int32, bitcast=True) - 4)
-                if UNIFORM:  # as _round_to_grid takes it: |y| * 2**-9 / STEP + 2**-9 * (1 + 2**-17), one FMA
-                    y = tl.fma(tl.abs(x), (rs * SR_SCALE)[:, :, None, None], _SR_B)
-                else:
-                    y = x * rs[:, :, None, None]
-            elif X_BF16:  # x / s = RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r) (module doc)
-                y = _div_bf16(x, fe, r)
-            else:  # only the level y rounds to is used: _div_level
-                y = _div_level(x, fe, r)
-        else:
-            y = tl.math.div_rn(x, fe)
-        if SAT:  # |y| < 8: not clamped here, _pack_codes takes the level index 8 of y in [7, 8) down
-            yy = y  # to 7, eight at once
-        else:
-            yy = y if SCALE == 0 and (FAST_DIV or not SR) else tl.minimum(tl.abs(y), G)
-        if SR and UNIFORM and (SCALE != 0 or not FAST_DIV):
-            yy = tl.fma(yy, SR_SCALE, _SR_B)
-        if rare:  # the reference's steps instead. Only yy is replaced (a branch computing more from x
-            # costs a copy of the tile's arithmetic in a second layout), and signed where the fast yy is
-            # (else the compiler takes |yy| before the branch, where it cannot fold into the addition).
-            if SCALE == 0 and SR and FAST_DIV:
-                bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
-            if RG != 0.0:  # the fast s = amax / g may be off here
-                f, deq, stored = _block_scale(amax, finite, t, it, SCALE, G, E8_SHIFT)
-            if SCALE == 0 and SR and FAST_DIV:  # SR's y as above for every group (a group's draws must
-                # not depend on the tile it shares), x and f of a group out of range scaled by 2**64 (tiny
-                # f) or 2**-64 (huge f) first: exact, and RN(1/f) then neither overflows nor loses bits
-                k = tl.where(bad, tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
-                fk = f * k * 4.0 if RHT else f * k
-                rk = libdevice.rcp_rn(fk) if FAST_DIV == 2 else tl.math.div_rn(1.0, fk)
-                rk = _bits_to_f32(rk.to(tl.int32, bitcast=True) - 4)
-                xk = x * k[:, :, None, None]
-                if UNIFORM:  # (the min only acts where s is subnormal, which no fast path has)
-                    yy = tl.fma(tl.abs(xk), (rk * SR_SCALE)[:, :, None, None], _SR_B)
-                    yy = tl.minimum(yy, G * SR_SCALE + _SR_B)
-                else:
-                    yy = tl.minimum(tl.abs(xk * rk[:, :, None, None]), G)
-            else:
-                xr = x * 0.25 if RHT else x
-                fr = f[:, :, None, None]
-                yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
-                yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
-                yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-                if F8:
-                    yy = yy * (0.001953125 / STEP)
-                if SR and UNIFORM:
-                    yy = tl.fma(yy, SR_SCALE, _SR_B)
+        fe, yy = _fast_y(x, f, SCALE, RHT, F8, STEP, FOLD, FAST_DIV, SR, UNIFORM, X_BF16, SAT, G)
+        if rare:  # the reference's steps instead (_rare_steps)
+            f, deq, stored, yy = _rare_steps(x, f, deq, stored, yy, amax, finite, t, it, top, RHT, SCALE, SR, UNIFORM,
+                                             STEP, G, E8_SHIFT, FAST_DIV, RG, F8)
         u = yy  # (unused without SR). Non-finite blocks: anything; their codes are masked below
         if SR:
             if SEED_PTR:
                 seed = tl.load(seed_ptr)
             u = _uniforms(seed, m, g, K, BM, NG, ROUNDS, ASM)
-        if F8:  # (codes only)
-            words = _pack_f8(yy, xbits, finite, F8)
-        else:
-            # (E2M1 columns without RHT: two steps keep 80 registers a thread, where the add-and-max takes
-            # 96, one program an SM fewer: 4% slower, H200)
-            idx, q = _round_to_grid(yy, u, UNIFORM, STEP, CB, SR, not WANT_DEQUANT, RHT or not COLWISE,
-                                    fe if FOLD else None)
-            if WANT_CODES:
-                # _round_to_grid's constant off bits(v): E2M1's level lines, uniform SR's, uniform RTNE's c
-                OFF: tl.constexpr = 0x4A800000 if not (UNIFORM or SR or WANT_DEQUANT) else \
-                    (0x46800001 if SR else CB) if UNIFORM else 0
-                words = _pack_codes(idx, xbits, finite, mul16, OFF, SAT)  # [BM, NG] int64: a group's bytes
-
-        if WANT_CODES:
-            tl.store(codes_ptr + m[:, None] * (K // 16) + g[None, :], words, mask=mask)
-            if BLOCK_2D:
-                sp = scales_ptr + (m // 16)[:, None] * (K // 16) + g[None, :]
-                smask = mask & (m % 16 == 0)[:, None]
-            else:
-                sp = scales_ptr + m[:, None] * (K // QB) + (g // (QB // 16))[None, :]
-                smask = mask & (g % (QB // 16) == 0)[None, :]
-            tl.store(sp, stored.to(scales_ptr.dtype.element_ty), mask=smask)
+        q = _codes_out(yy, u, xbits, finite, fe, stored, m, g, mask, codes_ptr, scales_ptr, K, mul16, UNIFORM, STEP,
+                       CB, SR, F8, WANT_CODES, WANT_DEQUANT, RHT, COLWISE, FOLD, SAT, QB, BLOCK_2D)
         if pid_m == 0 and pid_g == 0:
             tl.store(tscale_ptr, t)
         if WANT_DEQUANT:
