@@ -4,9 +4,20 @@ A refactor that keeps every fingerprint keeps the kernels' instructions, so thei
 
   python sass_fingerprint.py REPO OUT.txt      (REPO: the checkout whose kernels.py to compile)
 """
-import sys, os, subprocess, tempfile, hashlib, re, itertools
+import hashlib
+import itertools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
 sys.path.insert(0, sys.argv[1])
-import kernels, quant, torch, triton
+import kernels  # noqa: E402
+import quant  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+
 Q = quant.QuantSpec
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
 specs = [Q("e2m1", 16, "fp32"), Q("e1m2", 16, "fp32"), Q("e2m1", 16, "e4m3"), Q("e2m1", 32, "e8m0"),
