@@ -880,7 +880,7 @@ def _rare_steps(x, f, deq, stored, yy, amax, finite, t, it, top: tl.constexpr, R
     stored, yy). Only yy is replaced (a branch computing more from x costs a copy of the tile's
     arithmetic in a second layout), and signed where the fast yy is (else the compiler takes |yy|
     before the branch, where it cannot fold into the addition)."""
-    SR_SCALE: tl.constexpr = 0.001953125 / STEP
+    SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP, as in _fast_y
     if SCALE == 0 and SR and FAST_DIV:
         bad = _outside_fast_range(f, top)  # the groups of the fast f out of range (below)
     if RG != 0.0:  # the fast s = amax / g may be off here
@@ -904,8 +904,8 @@ def _rare_steps(x, f, deq, stored, yy, amax, finite, t, it, top: tl.constexpr, R
         yr = xr * fr if SCALE != 0 else tl.math.div_rn(xr, fr)
         yr = tl.minimum(tl.maximum(yr, -G), G) if SCALE == 0 and not SR else tl.minimum(tl.abs(yr), G)
         yy = tl.where(yr == yr, yr, 0.0)  # yr is NaN where 1/t overflowed (e4m3)
-        if F8:
-            yy = yy * (0.001953125 / STEP)
+        if F8:  # (the same 2**-9 / STEP as uniform SR's)
+            yy = yy * SR_SCALE
         if SR and UNIFORM:
             yy = tl.fma(yy, SR_SCALE, _SR_B)
     return f, deq, stored, yy
