@@ -101,9 +101,9 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     res = dict(recipe=recipe, backend=backend, compiled=compiled if compile_blocks else "none",
                step_ms=ms, gpu_busy_ms=busy_ms, tok_s=tokens / ms * 1e3,
                mfu=m.flops_per_token(args.seq) * tokens / (ms * 1e-3) / PEAK_FLOPS,
-               peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss),
+               peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss.detach()),
                warmup_s=warm_s)
-    del m, opt, x, y, loss
+    m = opt = x = y = loss = None  # (the closure step holds them too: set, not deleted)
     gc.collect()
     torch.cuda.empty_cache()
     torch._dynamo.reset()
