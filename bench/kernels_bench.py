@@ -9,9 +9,10 @@
    also gives triton.testing.do_bench's, whose flush zeroes a buffer), the bytes it must move (read the
    input once, write its outputs once; e4m3 scales read it twice, as their tensor amax is a first
    pass over x), GB/s and % of the device-to-device copy bandwidth measured in the same run — for
-   quantize alone, fused RHT+quantize and separate RHT (torch) then quantize, rows and columns, the
-   emulated-GEMM output (bf16 dequant, rotated basis) and the codes+scales output. A small sweep of
-   tile shapes picks the tiles the table uses.
+   quantize alone, fused RHT+quantize and separate RHT (a bf16 GEMM with the 16 x 16 H', its
+   rotated tensor written in bf16) then quantize, rows and columns, the emulated-GEMM output (bf16
+   dequant, rotated basis) and the codes+scales output. A small sweep of tile shapes picks the tiles
+   the table uses.
 4. The e4m3 tensor-amax pass alone (kernels.tensor_amax; no RHT, RHT along rows, RHT along columns;
    and kernels.tensor_amax_both, rows and columns from one read, against the two passes), a pure
    read: its bytes are the input's, given as % of the read bandwidth (torch's amax over the same
@@ -200,12 +201,14 @@ def timing_calls(x, spec, dim, output, variant, signs, tile=None, fast_div=True)
     elif variant == "fused_rht":
         kw["rht_signs"] = signs
         fn = lambda: kernels.quantize(x, **kw)  # noqa: E731
-    elif dim == -1:
+    else:  # the RHT as its own pass, a bf16 GEMM with H' = diag(signs) H16 (entries +-1/4, exact in
+        # bf16; fp32 accumulation, the rotated tensor written in bf16), then quantize alone
         kw["rht_signs"] = None
-        fn = lambda: kernels.quantize(rht.rht(x, signs), **kw)  # noqa: E731
-    else:  # torch rotates along dim 0 into a transposed layout: quantize that one along its rows
-        kw["rht_signs"], kw["dim"] = None, -1
-        fn = lambda: kernels.quantize(rht.rht(x, signs, dim=0).t(), **kw)  # noqa: E731
+        h = (signs.float()[:, None] * rht.hadamard().to(x.device)).to(x.dtype)  # [16, 16]
+        if dim == -1:
+            fn = lambda: kernels.quantize((x.view(-1, 16) @ h).view(x.shape), **kw)  # noqa: E731
+        else:  # groups of 16 rows: H'^T times each [16, K] slab, in x's layout
+            fn = lambda: kernels.quantize((h.t() @ x.view(-1, 16, x.shape[1])).view(x.shape), **kw)  # noqa: E731
     n, size = x.numel(), x.element_size()
     read = n * size * (2 if spec.scale == "e4m3" else 1)  # e4m3: the tensor-amax pass reads x too
     write = n * size if output == "dequant" else n // 2 + n // spec.block * (4 if spec.scale == "fp32" else 1)
