@@ -3,6 +3,11 @@
 # for each call (kept as callN_commit.txt):
 #   bash bench/results/h200_2026-12-03_aa/commands.sh 1  -> call1_*  (the checked kernel table, its separate
 #                                                           RHT a bf16 GEMM with H' instead of rht.rht)
+#   bash bench/results/h200_2026-12-03_aa/commands.sh 2  -> call2_*  (row codes, the tiles outside the fast range
+#                                                           redone out of line, against kernels_head.py; the
+#                                                           kernel tests of the fast range on the GPU)
+# kernels_head.py: 640aee0's kernels.py (the README table's kernels) cut before its torch.library
+#   registrations (sed '/^_LIB = /,$d'), saved at the repo root
 set -u
 py=${PYTHON:-python3}; out=${OUT:-runs/aa}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 c=${1:-1}
@@ -11,5 +16,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv 
 case "$c" in
 1)  timeout 300 $py bench/kernels_bench.py --workers 14 --no-sweep --out "$out/call1_kernels_checked.json" \
         > "$out/call1_kernels_checked.txt" 2>&1 ;;
+2)  timeout 150 $py bench/results/h200_2026-12-02_s/scripts/graph_ab.py --dim -1 --outputs codes --rounds 3 \
+        --old kernels_head.py --shapes "None old" --alone-shapes "None old" --out "$out/call2_rows_codes.json" \
+        > "$out/call2_rows_codes.txt" 2>&1
+    timeout 240 $py -m pytest -q -x tests/test_kernels.py -p no:cacheprovider \
+        -k "far_from_one or out_of_the_fast_range_among or several_tiles or sr_draws" > "$out/call2_tests.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
