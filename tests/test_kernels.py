@@ -656,6 +656,31 @@ def test_programs_of_several_tiles(dim):
                         assert_same_bits(got[j], want[j], f"{what} {part}")
 
 
+def test_a_tile_out_of_the_fast_range_among_tiles_in_it():
+    """Row programs of several tiles where one tile holds a tiny group and another a huge one (outside
+    the fast range: those tiles take the reference's steps) and the rest are ordinary: every tile has
+    the reference's bits, codes and dequant outputs, and SR the draws of programs of one tile."""
+    cases = [quant.QuantSpec("e2m1", 16, "fp32", rht=True), quant.QuantSpec("e2m1", 16, "fp32"),
+             quant.QuantSpec("e1m2", 16, "fp32", rht=True), quant.QuantSpec("e2m1", 16, "e4m3", rht=True),
+             quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True), quant.QuantSpec("e1m2", 16, "fp32", "sr")]
+    x = make_x((12, 96), torch.bfloat16, seed=93)
+    x[2, 16:32] = (x[2, 16:32].float() * 1e-36).bfloat16()  # a tiny group in the second tile of a program
+    x[7, 80:96] = (x[7, 80:96].float() * 5e36).bfloat16()   # a huge one in the last tile
+    for spec in cases:
+        sr = spec.rounding == "sr"
+        ref = None if sr else quant.quantize(x, spec, -1, signs=SIGNS)
+        for tile in [(1, 1, 1, False, 3), (1, 2, 1, False, 3)]:
+            for codes in (True, False):
+                what = f"{spec} tile {tile} {'codes' if codes else 'dequant'}"
+                kw = kernel_args(spec, -1, keep_rotated=True, want_codes=codes, want_dequant=not codes, seed=5)
+                got = kernels.quantize(x.to(DEV), tile=tile, **kw)
+                want = kernels.quantize(x.to(DEV), tile=tile[:4] + (1,), **kw) if sr else \
+                    (ref.codes, ref.scales, ref.tensor_scale, ref.dequantize(keep_rotated=True))
+                for j, part in enumerate(("codes", "scales", "tensor scale", "dequant")):
+                    if got[j] is not None and (codes or j > 1):
+                        assert_same_bits(got[j], want[j], f"{what} {part}")
+
+
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
 def test_e1m2_equals_int4_and_fake_quantize_equals_quantize(scale):
     x = make_x((5, 64), torch.bfloat16, seed=9)
