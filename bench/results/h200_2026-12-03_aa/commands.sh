@@ -6,6 +6,12 @@
 #   bash bench/results/h200_2026-12-03_aa/commands.sh 2  -> call2_*  (row codes, the tiles outside the fast range
 #                                                           redone out of line, against kernels_head.py; the
 #                                                           kernel tests of the fast range on the GPU)
+#   bash bench/results/h200_2026-12-03_aa/commands.sh 3  -> call3_*  (row codes with the fast-range test once a
+#                                                           program, its tiles redone after the loop (rolled),
+#                                                           and the same without the redo (a timing diagnostic,
+#                                                           kernels_defer_diag.py), against kernels_head.py)
+# kernels_defer_diag.py (scripts/): the experiment's kernels.py with the redo loop replaced by a store (timing
+#   only), cut before its registrations
 # kernels_head.py: 640aee0's kernels.py (the README table's kernels) cut before its torch.library
 #   registrations (sed '/^_LIB = /,$d'), saved at the repo root
 set -u
@@ -21,5 +27,12 @@ case "$c" in
         > "$out/call2_rows_codes.txt" 2>&1
     timeout 240 $py -m pytest -q -x tests/test_kernels.py -p no:cacheprovider \
         -k "far_from_one or out_of_the_fast_range_among or several_tiles or sr_draws" > "$out/call2_tests.txt" 2>&1 ;;
+3)  for v in head defer_diag; do
+        timeout 150 $py bench/results/h200_2026-12-02_s/scripts/graph_ab.py --dim -1 --outputs codes --rounds 3 \
+            --old kernels_$v.py --shapes "None old" --alone-shapes "None old" --out "$out/call3_rows_$v.json" \
+            > "$out/call3_rows_$v.txt" 2>&1
+    done
+    timeout 200 $py -m pytest -q -x tests/test_kernels.py -p no:cacheprovider \
+        -k "far_from_one or out_of_the_fast_range_among or several_tiles" > "$out/call3_tests.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
