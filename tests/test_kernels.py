@@ -629,6 +629,22 @@ def test_bf16_columns_read_as_words(scale, monkeypatch):
             assert_same_bits(got, rht.rht(x.float(), SIGNS, 0).abs().amax(), what + " tensor amax")
 
 
+def assert_tiles_give_the_bits(x, spec, dim, tiles, what):
+    """kernels.quantize at each tile (programs of several tiles), codes and dequant outputs: the
+    reference's bits, or for SR the bits of programs of one tile (the same draws)."""
+    sr = spec.rounding == "sr"
+    ref = None if sr else quant.quantize(x, spec, dim, signs=SIGNS)
+    for tile in tiles:
+        for codes in (True, False):
+            kw = kernel_args(spec, dim, keep_rotated=True, want_codes=codes, want_dequant=not codes, seed=5)
+            got = kernels.quantize(x.to(DEV), tile=tile, **kw)
+            want = kernels.quantize(x.to(DEV), tile=tile[:4] + (1,), **kw) if sr else \
+                (ref.codes, ref.scales, ref.tensor_scale, ref.dequantize(keep_rotated=True))
+            for j, part in enumerate(("codes", "scales", "tensor scale", "dequant")):
+                if got[j] is not None and (codes or j > 1):
+                    assert_same_bits(got[j], want[j], f"{what} tile {tile} {'codes' if codes else 'dequant'} {part}")
+
+
 @pytest.mark.parametrize("dim", [-1, 0])
 def test_programs_of_several_tiles(dim):
     """Programs of several tiles (a tile's 5th entry; each loads the next tile before computing its own):
@@ -642,18 +658,7 @@ def test_programs_of_several_tiles(dim):
     tiles = [(1, 2, 1, False, 3), (1, 4, 1, False, 2)] if dim == -1 else [(8, 2, 1, True, 3), (4, 2, 1, False, 2)]
     for i, (spec, dtype, shape) in enumerate(cases):
         x = make_x(shape if dim == 0 else shape[::-1], dtype, seed=90 + i)
-        sr = spec.rounding == "sr"
-        ref = None if sr else quant.quantize(x, spec, dim, signs=SIGNS)
-        for tile in tiles:
-            what = f"{spec} dim={dim} {dtype} tile {tile}"
-            for codes in (True, False):
-                kw = kernel_args(spec, dim, keep_rotated=True, want_codes=codes, want_dequant=not codes, seed=5)
-                got = kernels.quantize(x.to(DEV), tile=tile, **kw)
-                want = kernels.quantize(x.to(DEV), tile=tile[:4] + (1,), **kw) if sr else \
-                    (ref.codes, ref.scales, ref.tensor_scale, ref.dequantize(keep_rotated=True))
-                for j, part in enumerate(("codes", "scales", "tensor scale", "dequant")):
-                    if got[j] is not None and (codes or j > 1):
-                        assert_same_bits(got[j], want[j], f"{what} {part}")
+        assert_tiles_give_the_bits(x, spec, dim, tiles, f"{spec} dim={dim} {dtype}")
 
 
 def test_a_tile_out_of_the_fast_range_among_tiles_in_it():
@@ -667,18 +672,7 @@ def test_a_tile_out_of_the_fast_range_among_tiles_in_it():
     x[2, 16:32] = (x[2, 16:32].float() * 1e-36).bfloat16()  # a tiny group in the second tile of a program
     x[7, 80:96] = (x[7, 80:96].float() * 5e36).bfloat16()   # a huge one in the last tile
     for spec in cases:
-        sr = spec.rounding == "sr"
-        ref = None if sr else quant.quantize(x, spec, -1, signs=SIGNS)
-        for tile in [(1, 1, 1, False, 3), (1, 2, 1, False, 3)]:
-            for codes in (True, False):
-                what = f"{spec} tile {tile} {'codes' if codes else 'dequant'}"
-                kw = kernel_args(spec, -1, keep_rotated=True, want_codes=codes, want_dequant=not codes, seed=5)
-                got = kernels.quantize(x.to(DEV), tile=tile, **kw)
-                want = kernels.quantize(x.to(DEV), tile=tile[:4] + (1,), **kw) if sr else \
-                    (ref.codes, ref.scales, ref.tensor_scale, ref.dequantize(keep_rotated=True))
-                for j, part in enumerate(("codes", "scales", "tensor scale", "dequant")):
-                    if got[j] is not None and (codes or j > 1):
-                        assert_same_bits(got[j], want[j], f"{what} {part}")
+        assert_tiles_give_the_bits(x, spec, -1, [(1, 1, 1, False, 3), (1, 2, 1, False, 3)], str(spec))
 
 
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])

@@ -10,8 +10,8 @@
 #                                                           program, its tiles redone after the loop (rolled),
 #                                                           and the same without the redo (a timing diagnostic,
 #                                                           kernels_defer_diag.py), against kernels_head.py)
-# kernels_defer_diag.py (scripts/): the experiment's kernels.py with the redo loop replaced by a store (timing
-#   only), cut before its registrations
+# kernels_defer_diag.py: the experiment's kernels.py (scripts/defer.patch) with the redo loop replaced by a store
+#   (scripts/defer_diag.patch; timing only), cut before its registrations
 # kernels_head.py: 640aee0's kernels.py (the README table's kernels) cut before its torch.library
 #   registrations (sed '/^_LIB = /,$d'), saved at the repo root
 set -u
