@@ -10,6 +10,8 @@
 #                                                           program, its tiles redone after the loop (rolled),
 #                                                           and the same without the redo (a timing diagnostic,
 #                                                           kernels_defer_diag.py), against kernels_head.py)
+#   bash bench/results/h200_2026-12-03_aa/commands.sh 4  -> call4_*  (the kernel tests of programs of several tiles,
+#                                                           those outside the fast range among them, on the GPU)
 # kernels_defer_diag.py: the experiment's kernels.py (scripts/defer.patch) with the redo loop replaced by a store
 #   (scripts/defer_diag.patch; timing only), cut before its registrations
 # kernels_head.py: 640aee0's kernels.py (the README table's kernels) cut before its torch.library
@@ -34,5 +36,7 @@ case "$c" in
     done
     timeout 200 $py -m pytest -q -x tests/test_kernels.py -p no:cacheprovider \
         -k "far_from_one or out_of_the_fast_range_among or several_tiles" > "$out/call3_tests.txt" 2>&1 ;;
+4)  timeout 240 $py -m pytest -q tests/test_kernels.py -p no:cacheprovider \
+        -k "out_of_the_fast_range_among or several_tiles or far_from_one" > "$out/call4_tests.txt" 2>&1 ;;
 esac
 (cd "$out" && ls *.json > /dev/null 2>&1 && tar czf "call${c}_json.tgz" *.json && rm -f *.json)
