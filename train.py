@@ -92,8 +92,8 @@ class TrainConfig:
     device: str = 'auto'  # auto (cuda if available) | cpu | cuda
     dtype: str = 'auto'  # autocast: auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32
     compile: bool = False
-    compile_mode: str = 'default'  # default | reduce-overhead (CUDA graphs: no per-kernel launch cost on
-                                   # the host, for small models and MoE; one process on a GPU)
+    compile_mode: str = 'auto'  # auto | default | reduce-overhead (CUDA graphs: no per-kernel launch cost
+                                # on the host; one process on a GPU). auto: CUDA graphs where they can run
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
     init: str = 'auto'  # fsdp: full | sharded (each rank draws only its shards) | auto: see sharded_init
@@ -154,7 +154,7 @@ class Config:
 CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfloat16', 'float32'),
            'train.resume': ('auto', 'true', 'false'), 'optim.schedule': ('cosine', 'wsd'),
            'train.parallel': ('auto', 'fsdp', 'ddp', 'none'), 'train.init': ('auto', 'full', 'sharded'),
-           'train.compile_mode': ('default', 'reduce-overhead'),
+           'train.compile_mode': ('auto', 'default', 'reduce-overhead'),
            'quant.backend': ('auto', 'torch', 'triton')}
 USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample | --export]'
 
@@ -319,8 +319,29 @@ def parallel_mode(c: TrainConfig, world: int) -> str:
         raise SystemExit(f'train.parallel=none is one process, but {world} were started; use fsdp or ddp')
     if c.compile and c.compile_mode == 'reduce-overhead' and mode != 'none':
         raise SystemExit(f'train.compile_mode=reduce-overhead (CUDA graphs) runs in one process, not under '
-                         f'{mode}; use train.compile_mode=default there')
+                         f'{mode}; use train.compile_mode=auto or default there')
     return mode
+
+
+def compile_mode(c: TrainConfig, mode: str, device) -> tuple:
+    """(torch.compile's mode or None for no compile, why). CUDA graphs replay a whole step's kernels
+    with one host call, so a small model's FP4 step (hundreds of quantize calls) no longer waits on the
+    host; they need one process on a GPU (collectives and FSDP2's hooks are not captured here)."""
+    if not c.compile:
+        if c.compile_mode == 'reduce-overhead':
+            raise SystemExit('train.compile_mode=reduce-overhead compiles the model: add --train.compile=true '
+                             '(or use train.compile_mode=auto)')
+        return None, 'train.compile=false'
+    if c.compile_mode == 'reduce-overhead' and device.type != 'cuda':
+        raise SystemExit(f'train.compile_mode=reduce-overhead captures CUDA graphs, and this run is on {device}; '
+                         'use train.compile_mode=auto or default')
+    if c.compile_mode != 'auto':
+        return c.compile_mode, f'train.compile_mode={c.compile_mode}'
+    if device.type != 'cuda':
+        return 'default', f'auto: no CUDA graphs on {device.type}'
+    if mode != 'none':
+        return 'default', f'auto: no CUDA graphs under {mode} (one process only)'
+    return 'reduce-overhead', 'auto: CUDA graphs, one process on a GPU'
 
 
 def sharded_init(model, c: TrainConfig, mode: str, device) -> bool:
@@ -492,6 +513,7 @@ def train(cfg: Config, rank: int, world: int, device):
     log = tqdm.write if rank == 0 else (lambda msg: None)
     c, o, run_dir = cfg.train, cfg.optim, Path(cfg.log.out_dir)
     mode, jsonl_path = parallel_mode(c, world), run_dir / 'log.jsonl'
+    cmode, why = compile_mode(c, mode, device)
     ckpt_path = run_dir / ('ckpt.pt' if mode == 'none' else 'ckpt.json')  # ckpt.json names the shards
     found = find_checkpoint(run_dir) if c.resume != 'false' else None
     if c.resume == 'true' and found is None:
@@ -518,8 +540,8 @@ def train(cfg: Config, rank: int, world: int, device):
     torch.manual_seed(c.seed + (rank if sharded and device.type == 'cpu' else 0))
     model, raw_model = parallelize(raw_model, cfg, mode, device, autocast_dtype == 'bfloat16', sharded)
     opt = make_optimizer(raw_model, o)
-    graphs = c.compile and c.compile_mode == 'reduce-overhead' and device.type == 'cuda'
-    forward = torch.compile(model, mode=c.compile_mode if graphs else None) if c.compile else model
+    graphs = cmode == 'reduce-overhead'
+    forward = torch.compile(model, mode=cmode) if cmode else model
 
     # resume; record what runs
     if found:
@@ -534,7 +556,7 @@ def train(cfg: Config, rank: int, world: int, device):
                 'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
-        f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
+        f'{device} | {mode} | autocast {autocast_dtype} | compile {cmode or "off"} ({why}) '
         f'| activation checkpointing {c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the '
         f'embedding) | {tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
