@@ -562,6 +562,7 @@ def train(cfg: Config, rank: int, world: int, device):
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
 
     last, recent = min(c.max_steps, start + c.stop_after) if c.stop_after else c.max_steps, []
+    t_start = time.perf_counter()
     for step in tqdm(range(start, last), initial=start, total=c.max_steps, disable=rank != 0, dynamic_ncols=True):
         t0 = time.perf_counter()
         lr = lr_at(step, o, c.max_steps)
@@ -614,6 +615,7 @@ def train(cfg: Config, rank: int, world: int, device):
                 f'lr {lr:.2e} | gnorm {norm_v:.3f} | {rec["tok_s"]:,.0f} tok/s | mfu {100 * rec["mfu"]:.1f}% | '
                 f'mem {rec["mem_gb"]:.2f} GB')
             recent = []
+        rec['time_s'] = time.perf_counter() - t_start  # since this invocation's first step: eval and logging too
         if rank == 0:
             with open(jsonl_path, 'a') as f:
                 f.write(json.dumps(rec) + '\n')
