@@ -531,7 +531,8 @@ def train(cfg: Config, rank: int, world: int, device):
                 if json.loads(line)['step'] <= start] if start and jsonl_path.is_file() else []
         jsonl_path.write_text(''.join(line + '\n' for line in kept))  # drop steps after the checkpoint
         info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe), 'parallel': mode,
-                'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
+                'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info(),
+                'card': torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or 'cpu'}
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
         f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
