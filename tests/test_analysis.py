@@ -13,7 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import quant  # noqa: E402
-from analysis import analyze, compare, monitor, scaling_fit, sweep  # noqa: E402
+from analysis import analyze, compare, monitor, runlog, scaling_fit, stats, sweep  # noqa: E402
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 PLOTS = [] if HAS_MPL else ["--no-plots"]
@@ -146,50 +146,98 @@ def test_chain_gain_is_the_product_of_per_gemm_gains():
 
 
 # ----------------------------------------------------------------------------- compare
-def write_run(run_dir: Path, losses: dict, recipe="bf16", seed=1, val=None, model=None):
-    """A run directory as train.py writes it: log.jsonl and config.json."""
+def write_run(run_dir: Path, losses: dict, recipe="bf16", seed=1, val=None, model=None, data="d", overrides=None,
+              packed=False, card="H100"):
+    """A run as train.py writes it (log.jsonl and config.json), or as its compact log (packed)."""
     run_dir.mkdir(parents=True)
     with open(run_dir / "log.jsonl", "w") as f:
         for step, loss in losses.items():
-            rec = {"step": step, "loss": loss} | ({"val_loss": val[step]} if val and step in val else {})
+            rec = {"step": step, "loss": loss, "tok_s": 1000.0 + step} | ({"val_loss": val[step]} if val and step in val else {})
             f.write(json.dumps(rec) + "\n")
-    cfg = {"quant": {"recipe": recipe, "overrides": {}}, "train": {"seed": seed},
-           "model": {"preset": "tiny", "overrides": model or {}}}
-    (run_dir / "config.json").write_text(json.dumps({"config": cfg}))
-    return run_dir
+    cfg = {"quant": {"recipe": recipe, "overrides": overrides or {}},
+           "train": {"seed": seed, "max_steps": max(losses), "eval_interval": 5},
+           "model": {"preset": "tiny", "overrides": model or {}}, "data": {"dir": data, "batch_size": 2},
+           "optim": {"lr": 1e-3}}
+    (run_dir / "config.json").write_text(json.dumps({"config": cfg, "git_commit": "abc", "card": card, "world_size": 1}))
+    return runlog.pack(run_dir, run_dir.parent / "packed") if packed else run_dir
 
 
-def test_compare_metric_by_hand(tmp_path):
-    base = write_run(tmp_path / "bf16", {s: 4.0 - 0.1 * s for s in range(1, 11)}, val={5: 3.6, 10: 3.0})
-    # the FP4 runs log steps 3..12: only the common steps 3..10 count; the window is the last 4 of them
-    a = write_run(tmp_path / "a", {s: 4.0 - 0.1 * s + 0.01 * s for s in range(3, 13)}, "ufp4", 1, val={10: 3.3})
-    b = write_run(tmp_path / "b", {s: 4.0 - 0.1 * s - 0.02 for s in range(3, 13)}, "ufp4", 2)
-    rows = compare.main([str(a), str(b), "--baseline", str(base), "--last", "4", "--out", str(tmp_path / "o"), *PLOTS])
-    window = [7, 8, 9, 10]
-    want_a = np.mean([0.01 * s / (4.0 - 0.1 * s) for s in window])
-    want_b = np.mean([0.02 / (4.0 - 0.1 * s) for s in window])
-    assert rows[0]["train_rel_err"] == pytest.approx(want_a) and rows[1]["train_rel_err"] == pytest.approx(want_b)
-    assert rows[0]["n_steps"] == 4 and rows[0]["last_step"] == 10
-    assert rows[0]["val_rel_err"] == pytest.approx(0.1) and math.isnan(rows[1]["val_rel_err"])
-    assert rows[0]["mean_loss"] == pytest.approx(np.mean([4.0 - 0.09 * s for s in window]))
-    mean, std = 100 * np.mean([want_a, want_b]), 100 * np.std([want_a, want_b], ddof=1)
-    assert f"| ufp4 | 2 | {mean:.4f} ± {std:.4f} |" in (tmp_path / "o" / "compare.md").read_text()
+def test_t_quantiles_and_intervals():
+    # t(0.975, df) from published tables; the 95 % one-sided 5-df value too
+    for df, want in ((1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423)):
+        assert stats.t_quantile(0.975, df) == pytest.approx(want, abs=1e-4)
+    assert stats.t_quantile(0.95, 5) == pytest.approx(2.0150, abs=1e-4)
+    assert stats.t_quantile(0.975, 10**6) == pytest.approx(1.95996, abs=1e-4)  # the normal limit
+    ci = stats.mean_ci([1.0, 2.0, 4.0])  # mean 7/3, sd sqrt(7/3)
+    assert ci["mean"] == pytest.approx(7 / 3) and ci["half"] == pytest.approx(4.3027 * math.sqrt(7 / 3) / math.sqrt(3), rel=1e-4)
+    assert math.isnan(stats.mean_ci([3.0])["half"]) and stats.fmt_ci(stats.mean_ci([3.0])) == "+3.000 (n=1)"
+    # seeds for a half-width: the smallest n with t(n-1) sd / sqrt(n) <= h
+    n = stats.seeds_needed(0.5, 0.3)
+    assert stats.t_quantile(0.975, n - 1) * 0.5 / math.sqrt(n) <= 0.3 < stats.t_quantile(0.975, n - 2) * 0.5 / math.sqrt(n - 1)
+    assert n == 14
+    with pytest.raises(ValueError, match="non-finite"):
+        stats.mean_ci([1.0, float("nan")])
+
+
+def two_seed_study(tmp_path, packed=False):
+    """bf16, ufp4 and e2m1 on seeds 1 and 2, 10 steps, evaluated at 5 and 10; known offsets from bf16."""
+    base = {s: 4.0 - 0.1 * s for s in range(1, 11)}
+    offsets = {("ufp4", 1): 0.01, ("ufp4", 2): 0.03, ("e2m1", 1): 0.02, ("e2m1", 2): 0.06}
+    runs = {}
+    for seed in (1, 2):
+        runs["bf16", seed] = write_run(tmp_path / f"bf16-s{seed}", base, seed=seed, val={5: 3.6, 10: 3.0 + seed / 10},
+                                       packed=packed)
+        for recipe in ("ufp4", "e2m1"):
+            off = offsets[recipe, seed]
+            runs[recipe, seed] = write_run(tmp_path / f"{recipe}-s{seed}", {s: l + off for s, l in base.items()},
+                                           recipe, seed, val={5: 9.9, 10: 3.0 + seed / 10 + off}, packed=packed)
+    return runs, base, offsets
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_compare_signed_metrics_by_hand(tmp_path, packed):
+    runs, base, offsets = two_seed_study(tmp_path, packed)
+    rows, pairs = compare.main([str(p) for p in runs.values()] + ["--out", str(tmp_path / "o"), *PLOTS])
+    by = {(r["recipe"], r["seed"]): r for r in rows}
+    window = [9, 10]  # the last 20 % of 10 steps
+    for (recipe, seed), off in offsets.items():
+        r = by[recipe, seed]
+        v_base = 3.0 + seed / 10
+        assert r["val"] == pytest.approx(off / v_base)  # the step-10 value, not a mean of the evaluations
+        assert r["train"] == pytest.approx(np.mean([off / base[s] for s in window]))
+        assert r["abs_train"] == pytest.approx(r["train"]) and r["n_steps"] == 2 and r["card"] == "H100"
+    vals = [by["ufp4", s]["val"] for s in (1, 2)]
+    g = compare.groups(rows)[("tiny", "ufp4")]
+    half = 12.7062 * np.std(vals, ddof=1) / math.sqrt(2)
+    assert g["val"]["mean"] == pytest.approx(np.mean(vals)) and g["val"]["half"] == pytest.approx(half, rel=1e-4)
+    (p,) = pairs  # ufp4 − e2m1 by default, seed by seed
+    diffs = [by["ufp4", s]["val"] - by["e2m1", s]["val"] for s in (1, 2)]
+    assert p["seeds"] == [1, 2] and p["val"]["mean"] == pytest.approx(np.mean(diffs))
+    assert p["val"]["half"] == pytest.approx(12.7062 * np.std(diffs, ddof=1) / math.sqrt(2), rel=1e-4)
+    text = (tmp_path / "o" / "compare.md").read_text()
+    assert "val: final held-out loss" in text and f"{100 * np.mean(vals):+.3f} ± {100 * half:.3f} (n=2)" in text
     assert (tmp_path / "o" / "compare.png").is_file() == HAS_MPL
 
 
-def test_compare_baseline_matching(tmp_path):
-    b1 = compare.read_run(write_run(tmp_path / "b1", {1: 2.0}, seed=1))
-    b2 = compare.read_run(write_run(tmp_path / "b2", {1: 2.0}, seed=2))
-    run = compare.read_run(write_run(tmp_path / "r", {1: 2.0}, "ufp4", seed=2))
-    assert compare.pick_baseline(run, [b1, b2]) is b2
-    run3 = compare.read_run(write_run(tmp_path / "r3", {1: 2.0}, "ufp4", seed=3))
-    with pytest.raises(SystemExit, match="exactly one matching"):
-        compare.pick_baseline(run3, [b1, b2])
-    other = compare.read_run(write_run(tmp_path / "o", {1: 2.0}, "ufp4", model={"d_model": 32}))
-    with pytest.raises(SystemExit, match="0 baselines"):
-        compare.pick_baseline(other, [b1, b2])
+def test_compare_refuses_unpaired_runs(tmp_path):
+    b1 = write_run(tmp_path / "b1", {1: 2.0, 2: 1.9}, seed=1, val={2: 2.0})
+    b2 = write_run(tmp_path / "b2", {1: 2.0, 2: 1.9}, seed=2, val={2: 2.0})
+    r3 = write_run(tmp_path / "r3", {1: 2.0, 2: 1.9}, "ufp4", seed=3, val={2: 2.0})
+    with pytest.raises(SystemExit, match="0 baseline runs with model \\[tiny\\] and seed 3"):
+        compare.main([str(b1), str(b2), str(r3), "--no-plots", "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="different seeds"):
+        compare.paired_metrics(runlog.load(r3), runlog.load(b1), 0.2)
+    other_data = write_run(tmp_path / "r4", {1: 2.0, 2: 1.9}, "ufp4", seed=1, val={2: 2.0}, data="elsewhere")
+    with pytest.raises(SystemExit, match="differ in data.dir: elsewhere vs d"):
+        compare.paired_metrics(runlog.load(other_data), runlog.load(b1), 0.2)
+    longer = write_run(tmp_path / "r5", {1: 2.0, 2: 1.9, 3: 1.8}, "ufp4", seed=1, val={3: 2.0})
+    with pytest.raises(SystemExit, match="train.max_steps: 3 vs 2"):
+        compare.paired_metrics(runlog.load(longer), runlog.load(b1), 0.2)
+    unfinished = write_run(tmp_path / "r6", {1: 2.0, 2: 1.9}, "ufp4", seed=1, val={1: 2.0})
+    with pytest.raises(SystemExit, match="did not evaluate at the last one"):
+        compare.paired_metrics(runlog.load(unfinished), runlog.load(b1), 0.2)
     with pytest.raises(SystemExit, match="not a train.py run directory"):
-        compare.read_run(tmp_path / "nothing")
+        runlog.load(tmp_path / "nothing")
 
 
 # ----------------------------------------------------------------------------- scaling fit
@@ -285,8 +333,8 @@ def test_sweep_trains_a_compute_matched_ladder(tiny_sweep, capsys):
 def test_tools_read_the_sweep(tiny_sweep, tmp_path):
     out, runs, _ = tiny_sweep
     dirs = [r["dir"] for r in runs]
-    rows = compare.main(dirs + ["--baseline", dirs[0], dirs[2], "--last", "5", "--out", str(tmp_path), "--no-plots"])
-    assert [r["recipe"] for r in rows] == ["ufp4", "ufp4"] and all(0 <= r["train_rel_err"] < 0.5 for r in rows)
+    rows, _ = compare.main(dirs + ["--out", str(tmp_path), "--no-plots"])
+    assert [r["recipe"] for r in rows] == ["ufp4", "ufp4"] and all(0 <= r["abs_train"] < 0.5 for r in rows)
     with pytest.raises(SystemExit, match="at least 3"):
         scaling_fit.main([str(out), "--no-plots", "--out", str(tmp_path)])
     ckpt = str(Path(runs[3]["dir"]) / "ckpt.pt")
