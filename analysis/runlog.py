@@ -5,7 +5,7 @@ step). The compact log is what a study keeps and commits: one gzipped JSONL file
 line, then one line per step with the fields the analysis needs,
 
     {"kind": "run", "name": ..., "config": {...}, "seed": ..., "commit": ..., "card": ..., ...}
-    {"step": 1, "loss": ..., "lr": ..., "grad_norm": ..., "tok_s": ...}
+    {"step": 1, "loss": ..., "grad_norm": ..., "tok_s": ...}
     {"step": 40, "loss": ..., ..., "val_loss": ...}                    # evaluation steps
 
     python -m analysis.runlog runs/science/recipes-small/*/ --out bench/results/study-x/logs
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-STEP_FIELDS = ("step", "loss", "lr", "grad_norm", "tok_s", "val_loss")
+STEP_FIELDS = ("step", "loss", "grad_norm", "tok_s", "val_loss")  # lr: the config's schedule gives it
 HEADER_FIELDS = ("config", "model_config", "recipe", "world_size", "parallel", "device", "autocast_dtype",
                  "git_commit", "versions", "card")
 
@@ -62,14 +62,22 @@ def read_packed(path: Path) -> tuple:
     return header, _records(lines[1:], str(path))
 
 
+def compact(rec: dict) -> dict:
+    """The STEP_FIELDS of a step record; losses keep every digit, tokens/s and the gradient norm 4."""
+    out = {k: rec[k] for k in STEP_FIELDS if k in rec}
+    for k in ("tok_s", "grad_norm"):
+        if k in out:
+            out[k] = float(f"{out[k]:.4g}")
+    return out
+
+
 def pack(run_dir, out_dir) -> Path:
     """Write OUT_DIR/<run name>.jsonl.gz from a run directory: the header, then the STEP_FIELDS of
     every step."""
     header, recs = read_dir(Path(run_dir))
     out = Path(out_dir) / f"{header['name']}.jsonl.gz"
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(header)] + [json.dumps({k: recs[s][k] for k in STEP_FIELDS if k in recs[s]})
-                                    for s in sorted(recs)]
+    lines = [json.dumps(header)] + [json.dumps(compact(recs[s])) for s in sorted(recs)]
     with gzip.open(out, "wt", compresslevel=9) as f:
         f.write("\n".join(lines) + "\n")
     return out

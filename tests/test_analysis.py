@@ -13,7 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import quant  # noqa: E402
-from analysis import analyze, compare, monitor, runlog, scaling_fit, stats, sweep  # noqa: E402
+from analysis import analyze, compare, monitor, runlog, scaling_fit, stats, sweep, verdict  # noqa: E402
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 PLOTS = [] if HAS_MPL else ["--no-plots"]
@@ -238,6 +238,58 @@ def test_compare_refuses_unpaired_runs(tmp_path):
         compare.paired_metrics(runlog.load(unfinished), runlog.load(b1), 0.2)
     with pytest.raises(SystemExit, match="not a train.py run directory"):
         runlog.load(tmp_path / "nothing")
+
+
+def test_verdict_table_from_synthetic_logs(tmp_path):
+    """Three seeds: ufp4 ends 0.02-0.03 below e2m1 at every seed (reproduces), nvfp4 ends below ufp4
+    (does not), mxfp4 straddles it (cannot tell); SQNR and gradient rows from synthetic files."""
+    base = {s: 4.0 - 0.1 * s for s in range(1, 11)}
+    offsets = {"ufp4": [0.010, 0.011, 0.012], "e2m1": [0.035, 0.040, 0.038], "nvfp4": [0.0, 0.001, 0.002],
+               "mxfp4": [0.0, 0.03, 0.01]}
+    for seed in (1, 2, 3):
+        write_run(tmp_path / f"bf16-s{seed}", base, seed=seed, val={10: 3.0}, packed=True, card="NVIDIA H200")
+        for recipe, offs in offsets.items():
+            off = offs[seed - 1]
+            write_run(tmp_path / f"{recipe}-s{seed}", {s: l + off for s, l in base.items()}, recipe, seed,
+                      val={10: 3.0 + off}, packed=True, card="NVIDIA H200")
+    tensors = [{"linear": "fc2", "role": "fprop_x", "e2m1": {"delta_sqnr_db": d}, "e1m2": {"delta_sqnr_db": -d}}
+               for d in (-2.0, -1.5, -2.5)] + [{"linear": "fc1", "role": "fprop_x", "e2m1": {"delta_sqnr_db": 5.0},
+                                                "e1m2": {"delta_sqnr_db": 5.0}}]
+    (tmp_path / "tensors.json").write_text(json.dumps(tensors))
+    layer = lambda block, ratios: {"block": block, "ratio_per_batch": ratios}  # noqa: E731
+    grads = {"recipes": {"e2m1": {"layers": [layer(0, [0.90, 0.92, 0.91]), layer(0, [0.94, 0.96, 0.95]),
+                                             layer(1, [1.5, 1.5, 1.5])]},
+                         "ufp4": {"layers": [layer(0, [1.0, 1.01, 0.99]), layer(1, [0.5, 0.5, 0.5])]}}}
+    (tmp_path / "gradients.json").write_text(json.dumps(grads))
+    table = verdict.main([str(tmp_path / "packed"), "--dense", "tiny", "--tensors", str(tmp_path / "tensors.json"),
+                          "--gradients", str(tmp_path / "gradients.json"), "--out", str(tmp_path / "o")])
+    rows = {t["claim"]: t for t in table}
+    dense = rows["UFP4 ends below E2M1 (dense)"]
+    diffs = [100 * (offsets["ufp4"][i] - offsets["e2m1"][i]) / 3.0 for i in range(3)]
+    assert dense["ci"]["mean"] == pytest.approx(np.mean(diffs))
+    assert dense["ci"]["half"] == pytest.approx(4.3027 * np.std(diffs, ddof=1) / math.sqrt(3), rel=1e-4)
+    assert dense["verdict"] == "reproduces" and dense["paper"].startswith("-0.290 points")
+    assert rows["UFP4 ends below NVFP4"]["verdict"] == "does not"
+    assert rows["UFP4 ends below MXFP4"]["verdict"] == "cannot tell at this scale"
+    assert rows["UFP4 ends below E2M1 (MoE)"]["verdict"] == "not run"
+    flip = rows["RHT lowers E2M1's SQNR on outlier-heavy fc2 inputs (dB)"]
+    assert flip["ci"]["mean"] == pytest.approx(-2.0) and flip["verdict"] == "reproduces" and flip["paper"] == "-1.90 dB"
+    assert rows["RHT raises E1M2's SQNR on outlier-heavy fc2 inputs (dB)"]["verdict"] == "reproduces"
+    shrink = rows["E2M1 shrinks the gradient of the first block (projection ratio − 1)"]
+    assert shrink["ci"]["mean"] == pytest.approx(np.mean([0.92, 0.94, 0.93]) - 1) and shrink["verdict"] == "reproduces"
+    above = rows["UFP4's first-block gradient ratio is above E2M1's (paired by batch)"]
+    assert above["ci"]["mean"] == pytest.approx(np.mean([0.08, 0.07, 0.06])) and above["verdict"] == "reproduces"
+    text = (tmp_path / "o" / "verdict.md").read_text()
+    assert "| UFP4 ends below E2M1 (dense) | -0.290 points" in text and "cards: NVIDIA H200" in text
+    assert "+0.597 % (Table 2" in text  # the paper's no-RHT row against UFP4, from paper.json
+
+
+def test_verdict_decides_by_the_interval():
+    ci = lambda mean, half, n=3: {"mean": mean, "half": half, "n": n}  # noqa: E731
+    assert verdict.decide(ci(-1.0, 0.5), -1) == "reproduces" and verdict.decide(ci(1.0, 0.5), +1) == "reproduces"
+    assert verdict.decide(ci(1.0, 0.5), -1) == "does not"
+    assert verdict.decide(ci(-1.0, 1.5), -1) == "cannot tell at this scale"
+    assert verdict.decide(ci(-1.0, float("nan"), 1), -1).startswith("cannot tell")
 
 
 # ----------------------------------------------------------------------------- scaling fit
