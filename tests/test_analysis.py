@@ -13,7 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import quant  # noqa: E402
-from analysis import analyze, compare, monitor, runlog, scaling_fit, stats, sweep, verdict  # noqa: E402
+from analysis import analyze, compare, gradients, monitor, runlog, scaling_fit, stats, sweep, verdict  # noqa: E402
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 PLOTS = [] if HAS_MPL else ["--no-plots"]
@@ -290,6 +290,40 @@ def test_verdict_decides_by_the_interval():
     assert verdict.decide(ci(1.0, 0.5), -1) == "does not"
     assert verdict.decide(ci(-1.0, 1.5), -1) == "cannot tell at this scale"
     assert verdict.decide(ci(-1.0, float("nan"), 1), -1).startswith("cannot tell")
+
+
+def tiny_checkpoint(tmp_path) -> Path:
+    """A ckpt.pt of the tiny model (vocab 128, random init) as train.py writes it, with a dataset."""
+    data = write_dataset(tmp_path / "data")
+    from model import Transformer, get_config
+    torch.manual_seed(0)
+    model = Transformer(get_config("tiny", vocab_size=VOCAB))
+    cfg = {"model": {"preset": "tiny", "overrides": {"vocab_size": VOCAB}}, "data": {"dir": str(data), "batch_size": 2}}
+    torch.save({"model": model.state_dict(), "config": cfg, "step": 0}, tmp_path / "ckpt.pt")
+    return tmp_path / "ckpt.pt"
+
+
+def test_gradients_bf16_is_exact_and_a_shrinking_quantizer_shrinks(tmp_path, monkeypatch):
+    ckpt = tiny_checkpoint(tmp_path)
+    argv = ["--ckpt", str(ckpt), "--batches", "2", "--batch", "1", "--device", "cpu", "--out", str(tmp_path / "o")]
+    same = gradients.main(argv + ["--recipe", "bf16", "--draws", "2", "--no-plots"])["bf16"]
+    assert len(same["layers"]) == 2 * 7  # wq, wk, wv, wo, w1, w2, w3 of two blocks
+    for layer in same["layers"]:  # the same model on the same batch: the very same gradient
+        assert layer["ratio_per_batch"] == [1.0] * 2 and layer["cos"]["mean"] == pytest.approx(1.0, abs=1e-12)
+    assert all(f["gain"]["mean"] == 1.0 for f in same["forward"]) and len(same["forward"]) == 2 * 3
+    # every fake-quantized operand scaled by 0.9: outputs shrink by 0.81 per GEMM, gradients shrink too
+    real = quant.fake_quantize
+    monkeypatch.setattr(quant, "fake_quantize", lambda *a, **k: 0.9 * real(*a, **k))
+    shrunk = gradients.main(argv + ["--recipe", "ufp4 rht=none sr=none", "--draws", "1", *PLOTS])["ufp4 rht=none sr=none"]
+    ratios = [layer["ratio"]["mean"] for layer in shrunk["layers"]]
+    assert max(ratios) < 0.95 and min(layer["cos"]["mean"] for layer in shrunk["layers"]) > 0.5
+    attn0 = next(f for f in shrunk["forward"] if f["block"] == 0 and f["output"] == "attn")
+    assert attn0["gain"]["mean"] < 0.8
+    assert (tmp_path / "o" / "gradients.png").is_file() == HAS_MPL
+    saved = json.loads((tmp_path / "o" / "gradients.json").read_text())
+    assert saved["batches"] == 2 and len(saved["recipes"]["ufp4 rht=none sr=none"]["layers"][0]["ratio_per_batch"]) == 2
+    with pytest.raises(SystemExit, match="expected NAME"):
+        gradients.main(argv + ["--recipe", "ufp4 rht"])
 
 
 # ----------------------------------------------------------------------------- scaling fit
