@@ -2,6 +2,7 @@
 
     python -m analysis.compare runs/science/recipes-small/*/            # run directories
     python -m analysis.compare bench/results/study/logs --pair ufp4,e2m1 --pair nvfp4,e2m1   # compact logs
+    python -m analysis.compare runs/pilot/logs/dense-small --power 0.1     # seeds needed for ±0.1 points
 
 Every run is read against the baseline run (recipe bf16, or --baseline-recipe) of the same seed,
 which saw the same initial weights and the same batches; a run of another seed, model, data, batch,
@@ -16,7 +17,8 @@ and recipe (quant recipe plus overrides); each group gets the mean and the 95 % 
 over its seeds. A pair A,B (default ufp4,e2m1 where both ran) gets the per-seed difference A − B of
 the val and train numbers, with its interval: below zero, A ends closer to (or further below) bf16.
 Inputs are run directories (log.jsonl + config.json) or compact logs (analysis.runlog), or
-directories of compact logs.
+directories of compact logs. --power H adds the study design's step: from the seed spread of the
+runs given (2-3 pilot seeds), the number of seeds whose interval is ±H points (analysis.stats).
 """
 import argparse
 import json
@@ -26,7 +28,7 @@ import numpy as np
 
 from analysis import OUT, md_table, pyplot
 from analysis.runlog import check_pair, expand, load
-from analysis.stats import fmt_ci, mean_ci
+from analysis.stats import fmt_ci, mean_ci, seeds_needed
 
 METRICS = ("val", "train", "abs_train")
 
@@ -120,6 +122,23 @@ def report(rows: list, pairs: list, window: float) -> str:
     return text + f"\n\n### Per run\n\n{per_run}"
 
 
+def power(rows: list, pairs: list, half: float) -> str:
+    """How many seeds give a 95 % interval of ±half percentage points, from the seed spread of the
+    runs at hand (pilot seeds): per recipe against bf16 and per pair, for the val and train numbers."""
+    def need(ci):
+        return "–" if ci["n"] < 2 else seeds_needed(100 * ci["sd"], half)
+
+    def sd(ci):
+        return "–" if ci["n"] < 2 else f"{100 * ci['sd']:.3f}"
+    table = [[model, recipe, v["val"]["n"], sd(v["val"]), need(v["val"]), sd(v["train"]), need(v["train"])]
+             for (model, recipe), v in sorted(groups(rows).items())]
+    table += [[p["model"], f"{p['a']} − {p['b']}", p["val"]["n"], sd(p["val"]), need(p["val"]), sd(p["train"]),
+               need(p["train"])] for p in pairs]
+    return (f"## Power: seeds for ±{half:g} points (95 % t interval), from the seed spread of these runs\n\n"
+            + md_table(["model", "recipe or pair", "pilot seeds", "val sd (points)", f"seeds for ±{half:g} points (val)",
+                        "train sd (points)", f"seeds for ±{half:g} points (train)"], table))
+
+
 def plot(out: Path, runs: list, baseline_recipe: str, window: float):
     """Per recipe: the mean signed difference (L − L_bf16)/L_bf16 over seeds along the steps (moving
     average), with its 95 % band; the last-window boundary dashed."""
@@ -182,15 +201,19 @@ def main(argv=None):
     p.add_argument("--window", type=float, default=0.2, help="fraction of the steps (at the end) for train")
     p.add_argument("--pair", action="append", default=[], metavar="A,B",
                    help="paired difference A − B over seeds (repeatable; default ufp4,e2m1 where both ran)")
+    p.add_argument("--power", type=float, default=None, metavar="HALF",
+                   help="also print how many seeds give a 95 %% interval of ±HALF percentage points")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)
+    if args.power is not None and args.power <= 0:
+        raise SystemExit(f"--power is a half-width in percentage points (> 0), got {args.power}")
     if not 0 < args.window <= 1:
         raise SystemExit(f"--window is a fraction of the steps in (0, 1], got {args.window}")
     runs = [load(path) for path in expand(args.runs)]
     rows = compare(runs, args.baseline_recipe, args.window)
     pairs = parse_pairs(args.pair, rows)
-    text = report(rows, pairs, args.window)
+    text = report(rows, pairs, args.window) + (f"\n\n{power(rows, pairs, args.power)}" if args.power else "")
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compare.md").write_text(text + "\n")

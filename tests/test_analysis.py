@@ -3,6 +3,7 @@ scaling sweep that trains real models through train.py on the CPU."""
 import importlib.util
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -455,3 +456,61 @@ def test_study_runs_side_by_side(tmp_path):
     assert cfg["quant"]["overrides"] == {"sr": "none"}
     with pytest.raises(SystemExit, match="needs --gpus"):
         sweep.main(argv[:4] + ["--jobs", "2", "--dry-run"])
+
+
+def test_paired_study_plan(tmp_path):
+    """A study of whole passes: steps from the corpus size, the evaluation set from eval_tokens, the
+    same schedule for every run, snapshots only for the first seed's bf16 run."""
+    data = write_dataset(tmp_path / "synthetic")  # 20000 training tokens
+    argv = ["--study", "tiny-paired", "--out", str(tmp_path / "out"), "--set", f"data.dir={data}",
+            "--set", f"model.vocab_size={VOCAB}", "--set", "data.batch_size=2", "--dry-run"]
+    runs = sweep.main(argv)
+    assert [r["name"] for r in runs] == ["bf16-s1", "bf16-s2", "ufp4-s1", "ufp4-s2"]
+    steps = math.ceil(0.02 * 20000 / (2 * 64))  # one step = 2 sequences of tiny's 64 tokens
+    for r in runs:
+        args = dict(a.removeprefix("--").split("=", 1) for a in r["args"])
+        assert r["steps"] == steps and args["data.eval_batches"] == str(math.ceil(512 / (2 * 64)))
+        assert args["train.eval_interval"] == str(steps // 2)
+        assert args["train.ckpt_interval"] == (str(steps // 2) if r["name"] == "bf16-s1" else "-1")
+    assert [r["snapshots"] for r in runs] == [True, False, False, False]
+    only = sweep.main(argv + ["--runs", "ufp4", "--seeds", "7"])
+    assert [r["name"] for r in only] == ["ufp4-s7"]
+    with pytest.raises(SystemExit, match="has no run 'fp5'"):
+        sweep.main(argv + ["--runs", "fp5"])
+
+
+def test_snapshot_keeps_each_new_checkpoint(tmp_path):
+    assert sweep.snapshot(tmp_path, None) is None  # no checkpoint yet
+    torch.save({"step": 10, "model": {}}, tmp_path / "ckpt.pt")
+    seen = sweep.snapshot(tmp_path, None)
+    assert sweep.snapshot(tmp_path, seen) == seen  # unchanged: nothing new
+    (tmp_path / "snap-0000010.pt").unlink()
+    assert sweep.snapshot(tmp_path, seen) == seen and not (tmp_path / "snap-0000010.pt").exists()
+    torch.save({"step": 20, "model": {}}, tmp_path / "ckpt.tmp")
+    os.replace(tmp_path / "ckpt.tmp", tmp_path / "ckpt.pt")  # as train.py writes it
+    os.utime(tmp_path / "ckpt.pt", ns=(seen + 10**9, seen + 10**9))
+    sweep.snapshot(tmp_path, seen)
+    assert torch.load(tmp_path / "snap-0000020.pt", weights_only=True)["step"] == 20
+
+
+@pytest.mark.full
+def test_paired_study_end_to_end(tmp_path, monkeypatch):
+    """The tiny study trained side by side; compact logs land in --results and analysis.compare and
+    the power step read them; the first bf16 run kept its checkpoints along the way."""
+    if not (ROOT / "train.py").is_file():
+        pytest.skip("train.py is missing: the sweep trains through it")
+    monkeypatch.setattr(sweep, "SNAPSHOT_POLL_S", 0.05)
+    data = write_dataset(tmp_path / "synthetic")
+    runs = sweep.main(["--study", "tiny-paired", "--out", str(tmp_path / "out"), "--results", str(tmp_path / "logs"),
+                       "--gpus", "0", "--jobs", "2", "--set", f"data.dir={data}", "--set", f"model.vocab_size={VOCAB}",
+                       "--set", "train.device=cpu", "--set", "data.batch_size=2"])
+    logs = sorted((tmp_path / "logs" / "tiny-paired").glob("*.jsonl.gz"))
+    assert [p.name for p in logs] == [f"{r['name']}.jsonl.gz" for r in sorted(runs, key=lambda r: r["name"])]
+    header, recs = runlog.read_packed(logs[0])
+    assert header["config"]["train"]["seed"] == 1 and header["card"] and header["git_commit"]
+    assert all("tok_s" in r for r in recs.values()) and recs[runs[0]["steps"]]["val_loss"] > 0
+    snaps = sorted((tmp_path / "out" / "tiny-paired" / "bf16-s1").glob("snap-*.pt"))
+    assert [torch.load(s, weights_only=True)["step"] for s in snaps] == [2, 4] == [runs[0]["steps"] // 2, runs[0]["steps"]]
+    rows, pairs = compare.main([str(tmp_path / "logs" / "tiny-paired"), "--no-plots",
+                                "--power", "0.5", "--out", str(tmp_path / "o")])
+    assert len(rows) == 2 and "seeds for ±0.5 points" in (tmp_path / "o" / "compare.md").read_text()
