@@ -107,7 +107,7 @@ def report(rows: list, pairs: list, window: float) -> str:
     table = [[model, recipe, len(v["seeds"]), pct(v["val"]), pct(v["train"]), pct(v["abs_train"]), f"{v['tok_s']:,.0f}"]
              for (model, recipe), v in sorted(g.items())]
     w = f"last {window:.0%} of steps"
-    text = (f"## Loss against bf16 of the same seed (%; mean ± 95 % t interval over seeds)\n\n"
+    text = ("## Loss against bf16 of the same seed (%; mean ± 95 % t interval over seeds)\n\n"
             + md_table(["model", "recipe", "seeds", "val: final held-out loss, (V − V_bf16)/V_bf16",
                         f"train: mean (L − L_bf16)/L_bf16, {w}", f"paper: mean |L − L_bf16|/L_bf16, {w}",
                         "tokens/s (median)"], table))
@@ -135,8 +135,9 @@ def power(rows: list, pairs: list, half: float) -> str:
     table += [[p["model"], f"{p['a']} − {p['b']}", p["val"]["n"], sd(p["val"]), need(p["val"]), sd(p["train"]),
                need(p["train"])] for p in pairs]
     return (f"## Power: seeds for ±{half:g} points (95 % t interval), from the seed spread of these runs\n\n"
-            + md_table(["model", "recipe or pair", "pilot seeds", "val sd (points)", f"seeds for ±{half:g} points (val)",
-                        "train sd (points)", f"seeds for ±{half:g} points (train)"], table))
+            + md_table(["model", "recipe or pair", "pilot seeds", "val sd (points)",
+                        f"seeds for ±{half:g} points (val)", "train sd (points)",
+                        f"seeds for ±{half:g} points (train)"], table))
 
 
 def plot(out: Path, runs: list, baseline_recipe: str, window: float):

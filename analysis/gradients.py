@@ -146,7 +146,8 @@ def report(summary: dict) -> str:
                  for label, s in summary.items() for L in s["layers"]]
     fwd_rows = [[label, f["block"], f["output"], ci(f["gain"])] for label, s in summary.items() for f in s["forward"]]
     return ("## Weight gradients against bf16 (same batch; mean ± 95 % interval over batches)\n\n"
-            + md_table(["recipe", "matrix", "block", "projection ratio ⟨g, g_bf16⟩/|g_bf16|²", "cosine"], grad_rows)
+            + md_table(["recipe", "matrix", "block", "projection ratio ⟨g, g_bf16⟩/|g_bf16|²", "cosine"],
+                       grad_rows)
             + "\n\n## Forward signal gain ⟨y, y_bf16⟩/|y_bf16|² of each block's outputs\n\n"
             + md_table(["recipe", "block", "output", "gain"], fwd_rows))
 

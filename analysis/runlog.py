@@ -113,7 +113,8 @@ def load(path) -> dict:
             "commit": header.get("git_commit", "unknown"), "card": header.get("card", "unknown"),
             "tok_s": float(np.median(tok_s)) if tok_s else float("nan"),
             "steps": steps, "loss": np.array([recs[s]["loss"] for s in steps], dtype=float),
-            "val_steps": np.array(val, dtype=int), "val_loss": np.array([recs[s]["val_loss"] for s in val], dtype=float)}
+            "val_steps": np.array(val, dtype=int),
+            "val_loss": np.array([recs[s]["val_loss"] for s in val], dtype=float)}
 
 
 def check_pair(run: dict, base: dict):

@@ -1,7 +1,8 @@
 """The verdict table: each claim of the UFP4 paper, the paper's figure, ours with its 95 % interval, and
 whether it reproduces, decided by the interval.
 
-    python -m analysis.verdict bench/results/study/logs --tensors bench/results/analysis/tensors_d256_registry-mix/tensors.json \\
+    python -m analysis.verdict bench/results/study/logs \\
+        --tensors bench/results/analysis/tensors_d256_registry-mix/tensors.json.gz \\
         --gradients bench/results/study/gradients/gradients.json
 
 Sources: compact run logs (analysis.runlog; every *.jsonl.gz under the directory), the operand study
@@ -18,6 +19,7 @@ loss figures are its own differences: of its mean |L − L_bf16| / L_bf16 (last 
 recipe comparisons, of its Table 2 mean losses (relative) for the ablation.
 """
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -30,7 +32,8 @@ from analysis.stats import mean_ci
 
 PAPER = Path(__file__).resolve().parent / "paper.json"
 DENSE, MOE = "small", "moe-small"
-RHT_ROWS = {"none": "rht_none", "wgrad": "rht_wgrad", "dgrad,wgrad": "rht_dgrad_wgrad", "fprop,wgrad": "rht_fprop_wgrad"}
+RHT_ROWS = {"none": "rht_none", "wgrad": "rht_wgrad", "dgrad,wgrad": "rht_dgrad_wgrad",
+            "fprop,wgrad": "rht_fprop_wgrad"}  # the ablation's RHT scopes -> their paper.json keys
 
 
 def loss_gap(fig, a: str, b: str) -> str:
@@ -39,6 +42,10 @@ def loss_gap(fig, a: str, b: str) -> str:
 
 def rel_gap(fig, a: str, b: str) -> str:
     return f"{100 * (fig[a]['value'] / fig[b]['value'] - 1):+.3f} % ({fig[a]['where']})"
+
+
+def sqnr_gain(fig, grid: str) -> str:
+    return f"{fig[f'sqnr_fc2_{grid}_rht']['value'] - fig[f'sqnr_fc2_{grid}_plain']['value']:+.2f} dB"
 
 
 def claims(dense: str, moe: str) -> list:
@@ -67,9 +74,9 @@ def claims(dense: str, moe: str) -> list:
                      "a": f"ufp4 rht={rht} sr=none", "b": f"ufp4 rht={rht}", "sign": +1, "paper": None})
     rows += [
         {"claim": "RHT lowers E2M1's SQNR on outlier-heavy fc2 inputs (dB)", "kind": "tensors", "grid": "e2m1",
-         "sign": -1, "paper": lambda f: f"{f['sqnr_fc2_e2m1_rht']['value'] - f['sqnr_fc2_e2m1_plain']['value']:+.2f} dB"},
+         "sign": -1, "paper": lambda f: sqnr_gain(f, "e2m1")},
         {"claim": "RHT raises E1M2's SQNR on outlier-heavy fc2 inputs (dB)", "kind": "tensors", "grid": "e1m2",
-         "sign": +1, "paper": lambda f: f"{f['sqnr_fc2_e1m2_rht']['value'] - f['sqnr_fc2_e1m2_plain']['value']:+.2f} dB"},
+         "sign": +1, "paper": lambda f: sqnr_gain(f, "e1m2")},
         {"claim": "E2M1 shrinks the gradient of the first block (projection ratio − 1)", "kind": "gradients",
          "recipes": ("e2m1",), "sign": -1, "paper": None},
         {"claim": "UFP4's first-block gradient ratio is above E2M1's (paired by batch)", "kind": "gradients",
@@ -138,11 +145,16 @@ def verdict(runs: list, tensors, grads, paper: dict, dense: str = DENSE, moe: st
     return table
 
 
+def read_json(path: Path):
+    """A JSON file, gzipped if its name ends in .gz."""
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m analysis.verdict", description=__doc__.split("\n")[0])
     p.add_argument("logs", type=Path, help="directory of compact run logs (*.jsonl.gz, searched recursively)")
-    p.add_argument("--tensors", type=Path, help="tensors.json of analysis.analyze tensors (the SQNR sign flip)")
-    p.add_argument("--gradients", type=Path, help="gradients.json of analysis.gradients (gradient shrinkage)")
+    p.add_argument("--tensors", type=Path, help="tensors.json(.gz) of analysis.analyze tensors (the SQNR sign flip)")
+    p.add_argument("--gradients", type=Path, help="gradients.json(.gz) of analysis.gradients (gradient shrinkage)")
     p.add_argument("--paper", type=Path, default=PAPER, help="the paper's figures (default analysis/paper.json)")
     p.add_argument("--dense", default=DENSE, help="model label of the dense study")
     p.add_argument("--moe", default=MOE, help="model label of the MoE study")
@@ -154,8 +166,8 @@ def main(argv=None):
         if path is not None and not path.is_file():
             raise SystemExit(f"no file {path}")
     runs = [load(f) for f in sorted(args.logs.rglob("*.jsonl.gz"))]
-    tensors = json.loads(args.tensors.read_text()) if args.tensors else None
-    grads = json.loads(args.gradients.read_text()) if args.gradients else None
+    tensors = read_json(args.tensors) if args.tensors else None
+    grads = read_json(args.gradients) if args.gradients else None
     paper = json.loads(args.paper.read_text())
     table = verdict(runs, tensors, grads, paper, args.dense, args.moe)
     cards = sorted({r["card"] for r in runs}) or ["–"]

@@ -30,6 +30,6 @@ for snap in "$out/$study"/bf16-s*/snap-*.pt; do
         --recipe "ufp4 rht=none" --recipe "ufp4 sr=none"
 done
 last=$(ls -d "$results"/gradients-* 2>/dev/null | sort | tail -n 1 || true)
-tensors=bench/results/analysis/tensors_d256_registry-mix/tensors.json
+tensors=bench/results/analysis/tensors_d256_registry-mix/tensors.json.gz
 "$py" -m analysis.verdict "$results/logs" --tensors "$tensors" ${last:+--gradients "$last/gradients.json"} \
     --out "$results/verdict"

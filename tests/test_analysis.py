@@ -153,13 +153,15 @@ def write_run(run_dir: Path, losses: dict, recipe="bf16", seed=1, val=None, mode
     run_dir.mkdir(parents=True)
     with open(run_dir / "log.jsonl", "w") as f:
         for step, loss in losses.items():
-            rec = {"step": step, "loss": loss, "tok_s": 1000.0 + step} | ({"val_loss": val[step]} if val and step in val else {})
+            rec = {"step": step, "loss": loss, "tok_s": 1000.0 + step}
+            rec |= {"val_loss": val[step]} if val and step in val else {}
             f.write(json.dumps(rec) + "\n")
     cfg = {"quant": {"recipe": recipe, "overrides": overrides or {}},
            "train": {"seed": seed, "max_steps": max(losses), "eval_interval": 5},
            "model": {"preset": "tiny", "overrides": model or {}}, "data": {"dir": data, "batch_size": 2},
            "optim": {"lr": 1e-3}}
-    (run_dir / "config.json").write_text(json.dumps({"config": cfg, "git_commit": "abc", "card": card, "world_size": 1}))
+    info = {"config": cfg, "git_commit": "abc", "card": card, "world_size": 1}
+    (run_dir / "config.json").write_text(json.dumps(info))
     return runlog.pack(run_dir, run_dir.parent / "packed") if packed else run_dir
 
 
@@ -170,11 +172,14 @@ def test_t_quantiles_and_intervals():
     assert stats.t_quantile(0.95, 5) == pytest.approx(2.0150, abs=1e-4)
     assert stats.t_quantile(0.975, 10**6) == pytest.approx(1.95996, abs=1e-4)  # the normal limit
     ci = stats.mean_ci([1.0, 2.0, 4.0])  # mean 7/3, sd sqrt(7/3)
-    assert ci["mean"] == pytest.approx(7 / 3) and ci["half"] == pytest.approx(4.3027 * math.sqrt(7 / 3) / math.sqrt(3), rel=1e-4)
+    assert ci["mean"] == pytest.approx(7 / 3)
+    assert ci["half"] == pytest.approx(4.3027 * math.sqrt(7 / 3) / math.sqrt(3), rel=1e-4)
     assert math.isnan(stats.mean_ci([3.0])["half"]) and stats.fmt_ci(stats.mean_ci([3.0])) == "+3.000 (n=1)"
     # seeds for a half-width: the smallest n with t(n-1) sd / sqrt(n) <= h
     n = stats.seeds_needed(0.5, 0.3)
-    assert stats.t_quantile(0.975, n - 1) * 0.5 / math.sqrt(n) <= 0.3 < stats.t_quantile(0.975, n - 2) * 0.5 / math.sqrt(n - 1)
+    def half(k):
+        return stats.t_quantile(0.975, k - 1) * 0.5 / math.sqrt(k)
+    assert half(n) <= 0.3 < half(n - 1)
     assert n == 14
     with pytest.raises(ValueError, match="non-finite"):
         stats.mean_ci([1.0, float("nan")])
@@ -315,14 +320,15 @@ def test_gradients_bf16_is_exact_and_a_shrinking_quantizer_shrinks(tmp_path, mon
     # every fake-quantized operand scaled by 0.9: outputs shrink by 0.81 per GEMM, gradients shrink too
     real = quant.fake_quantize
     monkeypatch.setattr(quant, "fake_quantize", lambda *a, **k: 0.9 * real(*a, **k))
-    shrunk = gradients.main(argv + ["--recipe", "ufp4 rht=none sr=none", "--draws", "1", *PLOTS])["ufp4 rht=none sr=none"]
+    label = "ufp4 rht=none sr=none"
+    shrunk = gradients.main(argv + ["--recipe", label, "--draws", "1", *PLOTS])[label]
     ratios = [layer["ratio"]["mean"] for layer in shrunk["layers"]]
     assert max(ratios) < 0.95 and min(layer["cos"]["mean"] for layer in shrunk["layers"]) > 0.5
     attn0 = next(f for f in shrunk["forward"] if f["block"] == 0 and f["output"] == "attn")
     assert attn0["gain"]["mean"] < 0.8
     assert (tmp_path / "o" / "gradients.png").is_file() == HAS_MPL
     saved = json.loads((tmp_path / "o" / "gradients.json").read_text())
-    assert saved["batches"] == 2 and len(saved["recipes"]["ufp4 rht=none sr=none"]["layers"][0]["ratio_per_batch"]) == 2
+    assert saved["batches"] == 2 and len(saved["recipes"][label]["layers"][0]["ratio_per_batch"]) == 2
     with pytest.raises(SystemExit, match="expected NAME"):
         gradients.main(argv + ["--recipe", "ufp4 rht"])
 
@@ -510,7 +516,8 @@ def test_paired_study_end_to_end(tmp_path, monkeypatch):
     assert header["config"]["train"]["seed"] == 1 and header["card"] and header["git_commit"]
     assert all("tok_s" in r for r in recs.values()) and recs[runs[0]["steps"]]["val_loss"] > 0
     snaps = sorted((tmp_path / "out" / "tiny-paired" / "bf16-s1").glob("snap-*.pt"))
-    assert [torch.load(s, weights_only=True)["step"] for s in snaps] == [2, 4] == [runs[0]["steps"] // 2, runs[0]["steps"]]
+    steps = runs[0]["steps"]
+    assert [torch.load(s, weights_only=True)["step"] for s in snaps] == [2, 4] == [steps // 2, steps]
     rows, pairs = compare.main([str(tmp_path / "logs" / "tiny-paired"), "--no-plots",
                                 "--power", "0.5", "--out", str(tmp_path / "o")])
     assert len(rows) == 2 and "seeds for ±0.5 points" in (tmp_path / "o" / "compare.md").read_text()
