@@ -226,7 +226,7 @@ def load_config(path: str, overrides: list[str]) -> Config:
 
 
 def run_info() -> dict:
-    """The git commit of this file's repository and the versions of the packages doing the work."""
+    """The git commit of this file's repository, the versions of the packages doing the work, the card."""
     try:
         commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent,
                                 capture_output=True, text=True, check=True).stdout.strip()
@@ -237,7 +237,8 @@ def run_info() -> dict:
         versions['triton'] = metadata.version('triton')
     except metadata.PackageNotFoundError:
         versions['triton'] = 'not installed'
-    return {'git_commit': commit, 'versions': versions}
+    card = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or 'cpu'
+    return {'git_commit': commit, 'versions': versions, 'card': card}  # card: the current device's name
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -531,8 +532,7 @@ def train(cfg: Config, rank: int, world: int, device):
                 if json.loads(line)['step'] <= start] if start and jsonl_path.is_file() else []
         jsonl_path.write_text(''.join(line + '\n' for line in kept))  # drop steps after the checkpoint
         info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe), 'parallel': mode,
-                'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info(),
-                'card': torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or 'cpu'}
+                'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
         f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
