@@ -15,10 +15,11 @@ Parallel runs. With --gpus, runs start as soon as a slot is free: --jobs runs at
 GPU finish sooner than the same runs one after another.
 
 Studies (STUDIES) fix the model config, the step budget and a list of runs: a recipe, its quant
-overrides (the paper's RHT/SR ablation) and its seeds; every run of a study sees the same data and
-schedule, and every run of a seed the same initial weights and batches, so analysis.compare reads
-them against the bf16 run of the same seed. The paired studies of docs/STUDIES.md (dense-small,
-moe-small) train one pass over the training split (steps from data.dir/meta.json), evaluate on at
+overrides (the ablations of RECIPES.md §8) and its seeds; every run of a study sees the same data
+and schedule, so analysis.compare reads them against the bf16 runs of the same seed.
+
+Every run of a seed starts from the same weights and sees the same batches, whatever its recipe.
+The paired studies of docs/STUDIES.md (dense-small, moe-small) train one pass over the training split (steps from data.dir/meta.json), evaluate on at
 least 1M tokens, keep no checkpoint but the first seed's bf16 run's snapshots (snap-<step>.pt, for
 analysis.gradients), and with --results write each finished run's compact log (analysis.runlog).
 --runs and --seeds pick a batch of them:
