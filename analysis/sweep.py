@@ -19,10 +19,10 @@ overrides (the ablations of RECIPES.md §8) and its seeds; every run of a study 
 and schedule, so analysis.compare reads them against the bf16 runs of the same seed.
 
 Every run of a seed starts from the same weights and sees the same batches, whatever its recipe.
-The paired studies of docs/STUDIES.md (dense-small, moe-small) train one pass over the training split (steps from data.dir/meta.json), evaluate on at
-least 1M tokens, keep no checkpoint but the first seed's bf16 run's snapshots (snap-<step>.pt, for
-analysis.gradients), and with --results write each finished run's compact log (analysis.runlog).
---runs and --seeds pick a batch of them:
+The paired studies of docs/STUDIES.md (dense-small, moe-small) train one pass over the training
+split (steps from data.dir/meta.json), evaluate on at least 1M tokens, keep no checkpoint but the
+first seed's bf16 run's snapshots (snap-<step>.pt, for analysis.gradients), and with --results
+write each finished run's compact log (analysis.runlog). --runs and --seeds pick a batch of them:
 
     python -m analysis.sweep --study dense-small --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339 --out runs/study \
         --results bench/results/study/logs --gpus 0 --jobs 4 --set data.dir=data/registry-mix
