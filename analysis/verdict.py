@@ -78,9 +78,13 @@ def claims(dense: str, moe: str) -> list:
         {"claim": "RHT raises E1M2's SQNR on outlier-heavy fc2 inputs (dB)", "kind": "tensors", "grid": "e1m2",
          "sign": +1, "paper": lambda f: sqnr_gain(f, "e1m2")},
         {"claim": "E2M1 shrinks the gradient of the first block (projection ratio − 1)", "kind": "gradients",
-         "recipes": ("e2m1",), "sign": -1, "paper": None},
+         "terms": (("e2m1", "first"),), "sign": -1, "paper": None},
+        {"claim": "E2M1's gradient ratio falls with depth from the loss (first block − last, by batch)",
+         "kind": "gradients", "terms": (("e2m1", "first"), ("e2m1", "last")), "sign": -1, "paper": None},
         {"claim": "UFP4's first-block gradient ratio is above E2M1's (paired by batch)", "kind": "gradients",
-         "recipes": ("ufp4", "e2m1"), "sign": +1, "paper": None},
+         "terms": (("ufp4", "first"), ("e2m1", "first")), "sign": +1, "paper": None},
+        {"claim": "E2M1 shrinks the forward signal (last block's output gain − 1)", "kind": "forward",
+         "recipe": "e2m1", "sign": -1, "paper": None},
     ]
     return rows
 
@@ -106,21 +110,31 @@ def ours_tensors(tensors: list, c: dict):
     return (mean_ci(deltas), "dB") if deltas else None
 
 
-def first_block(grads: dict, recipe: str):
-    """Per batch: the mean projection ratio over the quantized linears of the first quantized block."""
+def block_ratio(grads: dict, recipe: str, which: str):
+    """Per batch: the mean projection ratio over the matrices of the recipe's first or last block."""
     layers = grads["recipes"].get(recipe, {}).get("layers", [])
     if not layers:
         return None
-    first = min(layer["block"] for layer in layers)
-    return np.mean([layer["ratio_per_batch"] for layer in layers if layer["block"] == first], axis=0)
+    block = (min if which == "first" else max)(layer["block"] for layer in layers)
+    return np.mean([layer["ratio_per_batch"] for layer in layers if layer["block"] == block], axis=0)
 
 
 def ours_gradients(grads: dict, c: dict):
-    per_batch = [first_block(grads, r) for r in c["recipes"]]
+    """One term: its ratio − 1; two: their difference, batch by batch."""
+    per_batch = [block_ratio(grads, recipe, which) for recipe, which in c["terms"]]
     if any(v is None for v in per_batch):
         return None
     values = per_batch[0] - 1 if len(per_batch) == 1 else per_batch[0] - per_batch[1]
     return mean_ci(values), "ratio"
+
+
+def ours_forward(grads: dict, c: dict):
+    """The gain of the last block's output − 1 (its interval over batches, from gradients.json)."""
+    gains = [f for f in grads["recipes"].get(c["recipe"], {}).get("forward", []) if f["output"] == "block"]
+    if not gains:
+        return None
+    ci = max(gains, key=lambda f: f["block"])["gain"]
+    return ci | {"mean": ci["mean"] - 1}, "gain"
 
 
 def fmt(ci: dict, unit: str) -> str:
@@ -134,7 +148,8 @@ def verdict(runs: list, tensors, grads, paper: dict, dense: str = DENSE, moe: st
     for c in claims(dense, moe):
         found = (ours_pair(rows, c) if c["kind"] == "pair" else
                  ours_tensors(tensors, c) if c["kind"] == "tensors" and tensors is not None else
-                 ours_gradients(grads, c) if c["kind"] == "gradients" and grads is not None else None)
+                 ours_gradients(grads, c) if c["kind"] == "gradients" and grads is not None else
+                 ours_forward(grads, c) if c["kind"] == "forward" and grads is not None else None)
         paper_text = c["paper"](paper["figures"]) if c["paper"] else "– (no figure in the paper)"
         if found is None:
             table.append({"claim": c["claim"], "paper": paper_text, "ours": "not run", "verdict": "not run"})

@@ -262,9 +262,14 @@ def test_verdict_table_from_synthetic_logs(tmp_path):
                for d in (-2.0, -1.5, -2.5)] + [{"linear": "fc1", "role": "fprop_x", "e2m1": {"delta_sqnr_db": 5.0},
                                                 "e1m2": {"delta_sqnr_db": 5.0}}]
     (tmp_path / "tensors.json").write_text(json.dumps(tensors))
-    layer = lambda block, ratios: {"block": block, "ratio_per_batch": ratios}  # noqa: E731
+    def layer(block, ratios):
+        return {"block": block, "ratio_per_batch": ratios}
+
+    def gain(block, mean):
+        return {"block": block, "output": "block", "gain": {"n": 3, "mean": mean, "half": 0.01}}
     grads = {"recipes": {"e2m1": {"layers": [layer(0, [0.90, 0.92, 0.91]), layer(0, [0.94, 0.96, 0.95]),
-                                             layer(1, [1.5, 1.5, 1.5])]},
+                                             layer(1, [1.5, 1.5, 1.5])],
+                                  "forward": [gain(0, 0.9), gain(1, 1.05)]},
                          "ufp4": {"layers": [layer(0, [1.0, 1.01, 0.99]), layer(1, [0.5, 0.5, 0.5])]}}}
     (tmp_path / "gradients.json").write_text(json.dumps(grads))
     table = verdict.main([str(tmp_path / "packed"), "--dense", "tiny", "--tensors", str(tmp_path / "tensors.json"),
@@ -285,6 +290,10 @@ def test_verdict_table_from_synthetic_logs(tmp_path):
     assert shrink["ci"]["mean"] == pytest.approx(np.mean([0.92, 0.94, 0.93]) - 1) and shrink["verdict"] == "reproduces"
     above = rows["UFP4's first-block gradient ratio is above E2M1's (paired by batch)"]
     assert above["ci"]["mean"] == pytest.approx(np.mean([0.08, 0.07, 0.06])) and above["verdict"] == "reproduces"
+    falls = rows["E2M1's gradient ratio falls with depth from the loss (first block − last, by batch)"]
+    assert falls["ci"]["mean"] == pytest.approx(np.mean([0.92, 0.94, 0.93]) - 1.5) and falls["verdict"] == "reproduces"
+    fwd = rows["E2M1 shrinks the forward signal (last block's output gain − 1)"]  # block 1's gain: 1.05 ± 0.01
+    assert fwd["ci"]["mean"] == pytest.approx(0.05) and fwd["verdict"] == "does not"
     text = (tmp_path / "o" / "verdict.md").read_text()
     assert "| UFP4 ends below E2M1 (dense) | -0.290 points" in text and "cards: NVIDIA H200" in text
     assert "+0.597 % (Table 2" in text  # the paper's no-RHT row against UFP4, from paper.json
