@@ -47,7 +47,8 @@ def read_dir(run_dir: Path) -> tuple:
     if not log.is_file() or not cfg_path.is_file():
         raise SystemExit(f"{run_dir} is not a train.py run directory (needs log.jsonl and config.json)")
     info = json.loads(cfg_path.read_text())
-    header = {"kind": "run", "name": run_dir.name, **{k: info[k] for k in HEADER_FIELDS if k in info}}
+    header = {"kind": "run", "name": run_dir.name, "seed": info["config"]["train"]["seed"],
+              **{k: info[k] for k in HEADER_FIELDS if k in info}}
     return header, _records(log.read_text().splitlines(), str(log))
 
 
@@ -78,8 +79,7 @@ def pack(run_dir, out_dir) -> Path:
     out = Path(out_dir) / f"{header['name']}.jsonl.gz"
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(header)] + [json.dumps(compact(recs[s])) for s in sorted(recs)]
-    with gzip.open(out, "wt", compresslevel=9) as f:
-        f.write("\n".join(lines) + "\n")
+    out.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), 9, mtime=0))  # the same bytes every time
     return out
 
 

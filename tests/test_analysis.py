@@ -212,6 +212,7 @@ def test_compare_signed_metrics_by_hand(tmp_path, packed):
         assert r["val"] == pytest.approx(off / v_base)  # the step-10 value, not a mean of the evaluations
         assert r["train"] == pytest.approx(np.mean([off / base[s] for s in window]))
         assert r["abs_train"] == pytest.approx(r["train"]) and r["n_steps"] == 2 and r["card"] == "H100"
+        assert r["tok_s"] == 1000.0 + 6  # the median over steps 2-10 of the logged tokens/s
     vals = [by["ufp4", s]["val"] for s in (1, 2)]
     g = compare.groups(rows)[("tiny", "ufp4")]
     half = 12.7062 * np.std(vals, ddof=1) / math.sqrt(2)
@@ -522,7 +523,7 @@ def test_paired_study_end_to_end(tmp_path, monkeypatch):
     logs = sorted((tmp_path / "logs" / "tiny-paired").glob("*.jsonl.gz"))
     assert [p.name for p in logs] == [f"{r['name']}.jsonl.gz" for r in sorted(runs, key=lambda r: r["name"])]
     header, recs = runlog.read_packed(logs[0])
-    assert header["config"]["train"]["seed"] == 1 and header["card"] and header["git_commit"]
+    assert header["seed"] == header["config"]["train"]["seed"] == 1 and header["card"] and header["git_commit"]
     assert all("tok_s" in r for r in recs.values()) and recs[runs[0]["steps"]]["val_loss"] > 0
     snaps = sorted((tmp_path / "out" / "tiny-paired" / "bf16-s1").glob("snap-*.pt"))
     steps = runs[0]["steps"]
