@@ -226,7 +226,7 @@ def load_config(path: str, overrides: list[str]) -> Config:
 
 
 def run_info() -> dict:
-    """The git commit of this file's repository and the versions of the packages doing the work."""
+    """The git commit of this file's repository, the versions of the packages doing the work, the card."""
     try:
         commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent,
                                 capture_output=True, text=True, check=True).stdout.strip()
@@ -237,7 +237,8 @@ def run_info() -> dict:
         versions['triton'] = metadata.version('triton')
     except metadata.PackageNotFoundError:
         versions['triton'] = 'not installed'
-    return {'git_commit': commit, 'versions': versions}
+    card = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or 'cpu'
+    return {'git_commit': commit, 'versions': versions, 'card': card}  # card: the current device's name
 
 
 # ----------------------------------------------------------------------------- helpers
