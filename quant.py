@@ -518,7 +518,7 @@ def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     if not isinstance(t, _Parts):
         return t if spec is None else fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
     if spec is not None and spec.scale != "e4m3":  # one kernel launch instead of one a part
-        return fake_quantize(_joined(t, t.join), spec, dim, signs=signs, keep_rotated=keep_rotated)
+        return fake_quantize(_joined(list(t), t.join), spec, dim, signs=signs, keep_rotated=keep_rotated)
     amax = amax or [None] * len(t)
     if spec is None or len(t) == 1 or not _use_kernels(t[0]):
         return _joined([_operand(p, spec, dim, signs, keep_rotated, a) for p, a in zip(t, amax)], t.join)

@@ -1145,3 +1145,21 @@ def test_rht_resample_under_compile_keeps_one_graph():
         assert torch.equal(f(x)[0], m(x)[0])
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[0] == graphs[-1] and len({s.rht_seed for s in m.modules() if hasattr(s, "rht_seed")}) == 1
+
+
+def test_whole_model_compiles_to_one_graph(name="ufp4"):
+    """torch.compile of a whole quantized model (joined linears, packed X, the backward) is one graph:
+    a graph break would run the quantized layers' Python between graphs on every step."""
+    import model as model_lib
+    from torch._dynamo.utils import counters
+    cfg = model_lib.get_config("tiny", n_layer=1, vocab_size=64, seq_len=16)
+    torch.manual_seed(0)
+    m = quant.convert(model_lib.Transformer(cfg), quant.RECIPES[name])
+    x = torch.randint(0, 64, (2, 16))
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        torch.compile(m, backend="aot_eager")(x, x)[1].backward()
+        assert dict(counters["graph_break"]) == {} and counters["stats"]["unique_graphs"] == 1
+    finally:
+        torch._dynamo.reset()
