@@ -297,11 +297,20 @@ def save_sharded(path: Path, model, opt, step: int, cfg, info: dict):
             tmp.write_text(json.dumps(side, indent=1) + '\n')
             keep_previous(path)
             os.replace(tmp, path)
-            named = {read_json(p, 'checkpoint')['dir'] for p in (path, prev_name(path)) if p.exists()}
+            named = {name, *previous_dir(prev_name(path))}
             for old in run_dir.glob('ckpt-*'):
                 if old.is_dir() and old.name not in named:
                     shutil.rmtree(old)
     dist.barrier()
+
+
+def previous_dir(prev: Path) -> list:
+    """The ckpt-<step> directory that ckpt.prev.json names ([] if none, or if it cannot be read: that
+    checkpoint was skipped when this run started, and its directory goes)."""
+    try:
+        return [json.loads(prev.read_text())['dir']]
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        return []
 
 
 # ----------------------------------------------------------------------------- finding and checking

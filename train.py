@@ -306,11 +306,11 @@ def check_token_ids(meta_path: Path, meta: dict, paths: list, shards: list, voca
     for path, shard in zip(paths, shards):
         if cache.get(path.name, [None])[0] != len(shard):
             cache[path.name], changed = [len(shard), int(shard.max()) if len(shard) else 0], True
-        if cache[path.name][1] >= vocab_size:
-            raise SystemExit(f'data: {path} holds token id {cache[path.name][1]}, beyond the model vocab_size '
-                             f'{vocab_size}; prepare it with the model\'s tokenizer, or raise --model.vocab_size')
     if changed and os.access(meta_path.parent, os.W_OK):  # a read-only corpus is checked again next time
         rundir.write_atomic(meta_path, json.dumps(meta, indent=1) + '\n')
+    if bad := [(p, cache[p.name][1]) for p in paths if cache[p.name][1] >= vocab_size]:
+        raise SystemExit(f'data: {bad[0][0]} holds token id {bad[0][1]}, beyond the model vocab_size {vocab_size}; '
+                         "prepare it with the model's tokenizer, or raise --model.vocab_size")
 
 
 def get_batch(shards: list, key: list[int], batch_size: int, seq_len: int, device):
@@ -628,7 +628,7 @@ def export(cfg: Config, world: int):
     step, saved, path = found
     if path.suffix == '.pt':
         return print(f'{path} (step {step}) is already the newest checkpoint, as one file')
-    saved_cfg = saved_config(cfg, saved)
+    saved_cfg = saved_config(cfg, saved['config'])
     model = build_model(*resolve(saved_cfg), torch.device('cpu'))
     opt = make_optimizer(model, saved_cfg.optim)
     load_checkpoint(path, model, opt)
