@@ -62,6 +62,7 @@ from tqdm import tqdm
 import moe
 import quant
 import rundir
+from data.loader import get_batch, load_data
 from data.tokenizer import get_tokenizer
 from model import ModelConfig, Transformer, get_config
 from rundir import find_checkpoint, load_checkpoint, save_checkpoint  # noqa: F401 (tests use them)
@@ -156,19 +157,26 @@ CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfl
            'train.compile_mode': ('default', 'reduce-overhead'),
            'quant.backend': ('auto', 'torch', 'triton')}
 USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample | --export]'
-# the valid values of every numeric field: (test, the range in words); floats must also be finite
-RANGES = {'data.batch_size': (lambda v: v >= 1, '>= 1'), 'data.grad_accum': (lambda v: v >= 1, '>= 1'),
-          'data.eval_batches': (lambda v: v >= 1, '>= 1'), 'train.max_steps': (lambda v: v >= 1, '>= 1'),
-          'train.seed': (lambda v: v >= 0, '>= 0'), 'train.eval_interval': (lambda v: v >= 1, '>= 1'),
-          'train.ckpt_interval': (lambda v: v >= -1, '>= -1 (0: at the end only, -1: none)'),
-          'train.stop_after': (lambda v: v >= 0, '>= 0'), 'optim.lr': (lambda v: v > 0, '> 0'),
-          'optim.min_lr_ratio': (lambda v: 0 <= v <= 1, '[0, 1]'), 'optim.warmup_steps': (lambda v: v >= 0, '>= 0'),
-          'optim.decay_frac': (lambda v: 0 <= v <= 1, '[0, 1]'), 'optim.weight_decay': (lambda v: v >= 0, '>= 0'),
-          'optim.beta1': (lambda v: 0 <= v < 1, '[0, 1)'), 'optim.beta2': (lambda v: 0 <= v < 1, '[0, 1)'),
-          'optim.eps': (lambda v: v > 0, '> 0'), 'optim.grad_clip': (lambda v: v >= 0, '>= 0 (0: no clipping)'),
-          'log.quant_stats_interval': (lambda v: v >= 0, '>= 0 (0: never)'),
-          'sample.num_samples': (lambda v: v >= 1, '>= 1'), 'sample.max_new_tokens': (lambda v: v >= 1, '>= 1'),
-          'sample.temperature': (lambda v: v >= 0, '>= 0 (0: greedy)'), 'sample.top_k': (lambda v: v >= 0, '>= 0 (0: no top-k)')}
+# the valid values of every numeric field ([model] and [quant] are checked where they are resolved);
+# floats must also be finite
+RANGES = {'data.batch_size': '>= 1', 'data.grad_accum': '>= 1', 'data.eval_batches': '>= 1',
+          'train.max_steps': '>= 1', 'train.seed': '>= 0', 'train.eval_interval': '>= 1',
+          'train.ckpt_interval': '>= -1 (0: at the end only, -1: none)', 'train.stop_after': '>= 0',
+          'optim.lr': '> 0', 'optim.min_lr_ratio': '[0, 1]', 'optim.warmup_steps': '>= 0', 'optim.decay_frac': '[0, 1]',
+          'optim.weight_decay': '>= 0', 'optim.beta1': '[0, 1)', 'optim.beta2': '[0, 1)', 'optim.eps': '> 0',
+          'optim.grad_clip': '>= 0 (0: no clipping)', 'log.quant_stats_interval': '>= 0 (0: never)',
+          'sample.num_samples': '>= 1', 'sample.max_new_tokens': '>= 1', 'sample.temperature': '>= 0 (0: greedy)',
+          'sample.top_k': '>= 0 (0: no top-k)'}
+
+
+def in_range(v, words: str) -> bool:
+    """v within a range as RANGES writes it: '>= 1', '> 0', '[0, 1]' or '[0, 1)', then any comment."""
+    r = words.split(' (')[0]
+    if r[0] == '[':
+        lo, hi = (float(x) for x in r[1:-1].split(','))
+        return lo <= v and (v <= hi if r[-1] == ']' else v < hi)
+    op, bound = r.split()
+    return v >= float(bound) if op == '>=' else v > float(bound)
 
 
 def scalar_fields(cls) -> dict:
@@ -191,9 +199,8 @@ def parse_value(key: str, value, typ):
         raise SystemExit(f'config: {key} expects {typ.__name__}, got {value!r}')
     if value not in CHOICES.get(key, (value,)):
         raise SystemExit(f"config: {key}={value!r} is not valid; valid: {', '.join(CHOICES[key])}")
-    test, words = RANGES.get(key, (lambda v: True, ''))
-    if (typ is float and not math.isfinite(value)) or not test(value):
-        raise SystemExit(f'config: {key}={value!r} is out of range; valid: {words or "a finite number"}')
+    if typ in (int, float) and not (math.isfinite(value) and in_range(value, RANGES.get(key, '> -inf'))):
+        raise SystemExit(f"config: {key}={value!r} is out of range; valid: {RANGES.get(key, 'a finite number')}")
     return value
 
 
@@ -273,59 +280,6 @@ def init_distributed(device_name: str):
     else:
         dist.init_process_group('nccl' if cuda else 'gloo', store=dist.HashStore(), rank=0, world_size=1)
     return rank, world, device
-
-
-def load_data(data_dir: str, seq_len: int, vocab_size: int) -> dict:
-    """{'train': [shards], 'val': [shards]}: uint16 token memmaps listed in data_dir/meta.json."""
-    meta_path = Path(data_dir) / 'meta.json'
-    if not meta_path.is_file():
-        raise SystemExit(f'data: no {meta_path}; make it with `python data/prepare.py shakespeare` '
-                         f'(or `python data/prepare.py SOURCE --out {data_dir}`), or set --data.dir')
-    meta = rundir.read_json(meta_path, 'data: the corpus description')
-    if meta['dtype'] != 'uint16' or meta['vocab_size'] > vocab_size:
-        raise SystemExit(f"data: {meta_path} has dtype {meta['dtype']} and vocab_size {meta['vocab_size']}; "
-                         f'this trainer reads uint16 tokens below the model vocab_size {vocab_size}')
-    splits = {}
-    for split in ('train', 'val'):
-        paths = [Path(data_dir) / name for name in meta[split]['shards']]
-        if missing := [p for p in paths if not p.is_file()]:
-            raise SystemExit(f'data: shard {missing[0]} in {meta_path} is missing; run data/prepare.py again')
-        shards = [np.memmap(p, dtype=np.uint16, mode='r') for p in paths]
-        check_token_ids(meta_path, meta, paths, shards, vocab_size)
-        splits[split] = [s for s in shards if len(s) > seq_len]  # shorter ones hold no whole window
-        if not splits[split]:
-            raise SystemExit(f'data: no {split} shard of {data_dir} has more than seq_len={seq_len} '
-                             'tokens; use a smaller --model.seq_len or more data')
-    return splits
-
-
-def check_token_ids(meta_path: Path, meta: dict, paths: list, shards: list, vocab_size: int):
-    """Every token id below the model's vocab_size: the max of each shard, cached in meta.json
-    (max_token: {shard: [size, max]}; a shard of another size is read again)."""
-    cache, changed = meta.setdefault('max_token', {}), False
-    for path, shard in zip(paths, shards):
-        if cache.get(path.name, [None])[0] != len(shard):
-            cache[path.name], changed = [len(shard), int(shard.max()) if len(shard) else 0], True
-    if changed and os.access(meta_path.parent, os.W_OK):  # a read-only corpus is checked again next time
-        rundir.write_atomic(meta_path, json.dumps(meta, indent=1) + '\n')
-    if bad := [(p, cache[p.name][1]) for p in paths if cache[p.name][1] >= vocab_size]:
-        raise SystemExit(f'data: {bad[0][0]} holds token id {bad[0][1]}, beyond the model vocab_size {vocab_size}; '
-                         "prepare it with the model's tokenizer, or raise --model.vocab_size")
-
-
-def get_batch(shards: list, key: list[int], batch_size: int, seq_len: int, device):
-    """x, y: [B, T] int64 from B random windows; the same key always gives the same windows."""
-    rng = np.random.default_rng(key)
-    starts = np.array([len(s) - seq_len for s in shards])  # windows of T+1 tokens in each shard
-    ends = np.cumsum(starts)
-    picks = rng.integers(0, ends[-1], size=batch_size)
-    shard = np.searchsorted(ends, picks, side='right')
-    offset = picks - (ends - starts)[shard]
-    xy_BT1 = torch.from_numpy(np.stack([shards[i][o:o + seq_len + 1] for i, o in zip(shard, offset)])
-                              .astype(np.int64))
-    if device.type == 'cuda':
-        xy_BT1 = xy_BT1.pin_memory().to(device, non_blocking=True)
-    return xy_BT1[:, :-1].contiguous(), xy_BT1[:, 1:].contiguous()
 
 
 def resolve(cfg: Config):
