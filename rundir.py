@@ -111,6 +111,8 @@ def open_run(run_dir: Path, start: int, info: dict, log=print):
     """Rank 0, once a run has checked its inputs: take the lock; starting afresh (start 0), move an
     older run aside; resuming, keep the log up to the checkpoint's step; write config.json (info)."""
     take_lock(run_dir)
+    for half_written in run_dir.glob('*.tmp'):  # by a process that was killed while saving
+        half_written.unlink()
     jsonl = run_dir / 'log.jsonl'
     if not start and (old := move_aside(run_dir)):
         log(f'{run_dir} held a run: its files are now in {old}')
@@ -265,7 +267,7 @@ class failed_save:
         return self
 
     def __exit__(self, kind, err, tb):
-        if err is None or not isinstance(err, (OSError, RuntimeError)):
+        if err is None or not isinstance(err, (OSError, RuntimeError, dcp.api.CheckpointException)):
             return False
         for p in self.partial:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)

@@ -261,8 +261,10 @@ def test_kill_9_during_save(data_dir, straight, tmp_path):
                        env={**os.environ, 'TRITON_INTERPRET': '1'})
     assert p.returncode == -signal.SIGKILL
     assert not (run / 'ckpt.pt').exists() and (run / 'ckpt.prev.pt').exists()  # the worst moment
+    assert (run / 'ckpt.pt.tmp').exists() and json.loads((run / 'lock').read_text())['pid'] != os.getpid()
     train.main(args(data_dir, run, '--train.max_steps=4'))  # its lock is taken over: its process is gone
     assert_same_run(straight, run)
+    assert not list(run.glob('*.tmp')) and not (run / 'lock').exists()
 
 
 # ----------------------------------------------------------------------------- no code from files
