@@ -337,6 +337,14 @@ def find_checkpoint(run_dir: Path, file_first=False, log=print):
     return max(found, key=lambda f: (f[0], (f[2].suffix == '.pt') == file_first)) if found else None
 
 
+def find_checkpoint_once(run_dir: Path, log=print):
+    """find_checkpoint on rank 0 (it reads every byte of the checkpoints), its answer sent to every rank."""
+    box = [find_checkpoint(run_dir, log=log) if dist.get_rank() == 0 else None]
+    if dist.get_world_size() > 1:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 class CorruptCheckpoint(Exception):
     pass
 

@@ -21,15 +21,20 @@ initializes only its shards, and the initial weights then depend on the world si
 The run directory (log.out_dir) holds config.json (resolved config, git commit, package versions),
 log.jsonl (a record per step) and the checkpoint: ckpt.pt, one file written by one process (model,
 optimizer, step, config), or for fsdp/ddp ckpt-<step>/, written by every rank with
-torch.distributed.checkpoint and committed by ckpt.json (step, config, directory). Files are written
-under a temporary name, then renamed. Either kind loads at any world size; --export turns the
-sharded one into ckpt.pt. Randomness follows the seed and the position: micro-batch i = micro-step *
+torch.distributed.checkpoint and committed by ckpt.json (step, config, directory); the one before
+stays as ckpt.prev.*. Each carries a sha256, and the newest intact one is resumed (rundir.py: saving,
+checking, the run's lock, no code from files). Either kind loads at any world size; --export turns
+the sharded one into ckpt.pt. Randomness follows the seed and the position: micro-batch i = micro-step *
 world + rank of a step draws its windows (numpy) and its stochastic rounding (torch's generators,
 reseeded) from (seed, step, i). So a resumed run repeats an uninterrupted one bit for bit (on the
 CPU), and world size and grad_accum can be traded without changing the batch. train.resume: 'auto'
-continues from the newest checkpoint if any, 'true' requires one, 'false' starts afresh;
-train.stop_after=N ends this invocation after N steps with a checkpoint (job time limits). A
-non-finite loss or gradient norm stops the run before the optimizer step: weights and checkpoint never see it.
+continues from the newest checkpoint if any, 'true' requires one, 'false' starts afresh (an older
+run's files move to old-<time>/ once the new run has checked its inputs). A resumed run says what
+differs from the saved one; the LR schedule is always that of the current settings, so a larger
+max_steps stretches the decay from the resumed step on. train.stop_after=N ends this invocation after N
+steps with a checkpoint (job time limits), as does SIGINT or SIGTERM (exit 130 or 143; a second one
+stops at once). A non-finite loss or gradient norm stops the run before the optimizer step: weights
+and checkpoint never see it.
 """
 import dataclasses
 import difflib
@@ -448,7 +453,7 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
     mode, jsonl_path = parallel_mode(c, world), run_dir / 'log.jsonl'
     ckpt_path = run_dir / ('ckpt.pt' if mode == 'none' else 'ckpt.json')  # ckpt.json names the shards
     rundir.check_writable(run_dir)
-    found = find_checkpoint(run_dir, log=log) if c.resume != 'false' else None
+    found = rundir.find_checkpoint_once(run_dir, log) if c.resume != 'false' else None
     if c.resume == 'true' and found is None:
         raise SystemExit(f'train.resume=true but there is no checkpoint in {run_dir}')
 
