@@ -142,8 +142,9 @@ class Stopped(Exception):
 
     def message(self, argv: list) -> str:
         saved = f'checkpoint {self.ckpt} is at step {self.step}' if self.ckpt else 'no checkpoint (ckpt_interval=-1)'
-        launcher = 'the same torchrun command' if 'TORCHELASTIC_RUN_ID' in os.environ else \
-            'python train.py ' + ' '.join(argv)
+        argv = [a for a in argv if not a.startswith('--train.resume=')]  # 'false' would start afresh
+        launcher = 'the same torchrun command without --train.resume' if 'TORCHELASTIC_RUN_ID' in os.environ \
+            else 'python train.py ' + ' '.join(argv)
         return (f'{signal.Signals(self.signum).name}: stopped after step {self.step}; {saved}. '
                 f'To resume, run {launcher}')
 
