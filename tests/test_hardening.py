@@ -2,7 +2,7 @@
 leaves an earlier run's files as they were; checkpoints that are corrupt, half written (kill -9, a
 full disk) or crafted to run code; stopping on a signal; resuming with other settings; the e4m3
 tensor scale of a tiny tensor. Short runs of configs/tiny.toml in-process (tests/test_train.py's
-synthetic data), one subprocess for kill -9."""
+synthetic data); kill -9 kills a second process (marked full: slower)."""
 import json
 import os
 import pickle
@@ -253,6 +253,7 @@ train.main({argv!r})
 '''
 
 
+@pytest.mark.full  # a second Python process: ~10 s of imports
 def test_kill_9_during_save(data_dir, straight, tmp_path):
     run = tmp_path / 'run'
     train.main(args(data_dir, run, '--train.max_steps=2'))
