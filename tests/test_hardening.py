@@ -3,6 +3,7 @@ leaves an earlier run's files as they were; checkpoints that are corrupt, half w
 full disk) or crafted to run code; stopping on a signal; resuming with other settings; the e4m3
 tensor scale of a tiny tensor. Short runs of configs/tiny.toml in-process (tests/test_train.py's
 synthetic data); kill -9 kills a second process (marked full: slower)."""
+import errno
 import json
 import os
 import pickle
@@ -322,6 +323,22 @@ def test_sharded_metadata_that_runs_code_is_refused(data_dir, sharded, tmp_path)
     side['dir'] = '../../elsewhere'
     (sharded / 'ckpt.json').write_text(json.dumps(side))
     assert "'dir' '../../elsewhere'" in fails(args(data_dir, sharded, '--export'))
+
+
+def test_sharded_save_on_a_full_disk(data_dir, sharded, monkeypatch):
+    before = snapshot(sharded)
+
+    def full_disk(state, checkpoint_id):  # the shards start to be written, then the disk is full
+        Path(checkpoint_id).mkdir()
+        (Path(checkpoint_id) / '__0_0.distcp').write_bytes(b'partial')
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(rundir.dcp, 'save', full_disk)
+    msg = fails(args(data_dir, sharded, '--train.max_steps=3', '--train.parallel=fsdp'))
+    assert f'writing {sharded / "ckpt.json"} failed: No space left on device' in msg and 'intact' in msg
+    assert not (sharded / 'ckpt-0000003').exists()
+    ckpts = lambda files: {k: v for k, v in files.items() if str(k).startswith('ckpt')}  # noqa: E731
+    assert ckpts(snapshot(sharded)) == ckpts(before) and len(ckpts(before)) == 3  # ckpt.json, .metadata, shard
 
 
 def test_sharded_checkpoint_exports_and_resumes(data_dir, sharded, capsys):
