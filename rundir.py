@@ -31,6 +31,7 @@ import signal
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path, PosixPath, PurePosixPath
 
@@ -149,29 +150,27 @@ class Stopped(Exception):
                 f'To resume, run {launcher}')
 
 
-class stop_signals:
+@contextmanager
+def stop_signals():
     """SIGINT and SIGTERM, while inside: the first is noted (the list it yields is not empty then) and
     training stops after its step; a second stops at once (the last checkpoint stays whole)."""
+    got = []
 
-    def __enter__(self):
-        self.got, self.old = [], {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for s in self.old:
-            signal.signal(s, self.handler)
-        return self.got
-
-    def handler(self, signum, frame):
-        if self.got:
-            print(f'{signal.Signals(signum).name} again: stopped in the middle of a step; the last checkpoint '
-                  'is intact, run the same command to resume from it', file=sys.stderr)
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        if got:
+            print(f'{name} again: stopped in the middle of a step; the last checkpoint is intact, run the same '
+                  'command to resume from it', file=sys.stderr)
             raise SystemExit(128 + signum)
-        print(f'{signal.Signals(signum).name}: stopping after this step, with a checkpoint '
-              '(again to stop at once)', file=sys.stderr)
-        self.got.append(signum)
+        print(f'{name}: stopping after this step, with a checkpoint (again to stop at once)', file=sys.stderr)
+        got.append(signum)
 
-    def __exit__(self, *exc):
-        for s, h in self.old.items():
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
             signal.signal(s, h)
-        return False
 
 
 def stop_requested(got: list, device) -> bool:
@@ -257,27 +256,21 @@ def prev_name(path: Path) -> Path:
     return path.with_name(f'{path.stem}.prev{path.suffix}')
 
 
-class failed_save:
+@contextmanager
+def failed_save(path: Path, *partial: Path):
     """Turn a save's OSError (no space, read-only) or torch's writer error into a message in words,
     removing what was half written: the last checkpoint is untouched."""
-
-    def __init__(self, path: Path, *partial: Path):
-        self.path, self.partial = path, partial
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, err, tb):
-        if err is None or not isinstance(err, (OSError, RuntimeError, dcp.api.CheckpointException)):
-            return False
-        for p in self.partial:
+    try:
+        yield
+    except (OSError, RuntimeError, dcp.api.CheckpointException) as err:
+        for p in partial:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        free = shutil.disk_usage(self.path.parent).free
+        free = shutil.disk_usage(path.parent).free
         why = err.strerror if isinstance(err, OSError) and err.strerror else str(err).splitlines()[0]
-        raise SystemExit(f'checkpoint: writing {self.path} failed: {why} ({free / 1e9:.2f} GB free on that '
-                         f'disk; a full disk or a read-only directory?). The half-written file was removed and '
-                         f'the last checkpoint is intact; free space or pick another --log.out_dir, then run '
-                         f'the same command again to resume') from err
+        raise SystemExit(f'checkpoint: writing {path} failed: {why} ({free / 1e9:.2f} GB free on that disk; a '
+                         'full disk or a read-only directory?). The half-written file was removed and the last '
+                         'checkpoint is intact; free space or pick another --log.out_dir, then run the same '
+                         'command again to resume') from err
 
 
 def save_sharded(path: Path, model, opt, step: int, cfg, info: dict):
