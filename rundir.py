@@ -370,7 +370,9 @@ def read_sharded(path: Path):
         side = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CorruptCheckpoint(f'{path} cannot be parsed ({e})') from e
-    name = side.get('dir') if isinstance(side, dict) else None
+    if not (isinstance(side, dict) and isinstance(side.get('step'), int) and isinstance(side.get('config'), dict)):
+        raise CorruptCheckpoint(f'{path} lacks the step or the config that train.py writes')
+    name = side.get('dir')
     if not isinstance(name, str) or not SHARDED_DIR.fullmatch(name):
         raise SystemExit(f"refusing {path}: its 'dir' {name!r} is not a ckpt-<7 digits> directory inside "
                          f'{path.parent}; a ckpt.json written by train.py names one. Delete it')
