@@ -153,12 +153,13 @@ class Stopped(Exception):
 @contextmanager
 def stop_signals():
     """SIGINT and SIGTERM, while inside: the first is noted (the list it yields is not empty then) and
-    training stops after its step; a second stops at once (the last checkpoint stays whole)."""
+    training stops after its step; the same signal again stops at once (the last checkpoint stays
+    whole). The other one is only noted: torchrun sends its workers SIGTERM after a Ctrl-C."""
     got = []
 
     def handler(signum, frame):
         name = signal.Signals(signum).name
-        if got:
+        if signum in got:
             print(f'{name} again: stopped in the middle of a step; the last checkpoint is intact, run the same '
                   'command to resume from it', file=sys.stderr)
             raise SystemExit(128 + signum)
