@@ -32,7 +32,7 @@ continues from the newest checkpoint if any, 'true' requires one, 'false' starts
 run's files move to old-<time>/ once the new run has checked its inputs). A resumed run says what
 differs from the saved one; the LR schedule is always that of the current settings, so a larger
 max_steps stretches the decay from the resumed step on. train.stop_after=N ends this invocation after N
-steps with a checkpoint (job time limits), as does SIGINT or SIGTERM (exit 130 or 143; a second one
+steps with a checkpoint (job time limits), as does SIGINT or SIGTERM (exit 130 or 143; the same again
 stops at once). A non-finite loss or gradient norm stops the run before the optimizer step: weights
 and checkpoint never see it.
 """
