@@ -513,8 +513,6 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
     # resume; record what runs (the inputs are checked: only now is the run directory written)
     if found:
         load_checkpoint(found[2], raw_model, opt)
-        for note in resume_notes(found[1], cfg, world, tokens_per_step, seq_len, start):
-            log(f'resume: {note}')
     tokens = found[1].get('tokens', start * tokens_per_step) if found else 0  # cumulative over resumes
     if rank == 0:
         info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe), 'parallel': mode,
@@ -525,6 +523,8 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
         f'| activation checkpointing {c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the '
         f'embedding) | {tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
+    for note in resume_notes(found[1], cfg, world, tokens_per_step, seq_len, start) if found else []:
+        log(f'resume: {note}')
 
     recent, t_start = [], time.perf_counter()
     for step in tqdm(range(start, last), initial=start, total=c.max_steps, disable=rank != 0, dynamic_ncols=True):
