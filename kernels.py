@@ -535,11 +535,12 @@ def _bf16_rne(f):
 
 @triton.jit
 def _tensor_scale(amax_ptr, G: tl.constexpr):
-    """e4m3's tensor scale t = amax_T / (448 g) (1 for amax_T = 0) and RN(1 / t), from the tensor amax's
+    """e4m3's tensor scale t = max(amax_T / (448 g), 2**-120) (1 for amax_T = 0; the floor is quant.py's
+    E4M3_T_MIN: 1 / (t sb) stays finite) and RN(1 / t), from the tensor amax's
     bits at amax_ptr: along rows once a program (once a tile, the two IEEE divisions and the load took
     1.7 of NVFP4's 22.0 sm_90 instructions an element)."""
     amax_t = _bits_to_f32(tl.load(amax_ptr))
-    t = tl.where(amax_t > 0, tl.math.div_rn(amax_t, 448.0 * G), 1.0)
+    t = tl.where(amax_t > 0, tl.maximum(tl.math.div_rn(amax_t, 448.0 * G), 2.0**-120), 1.0)
     return t, tl.math.div_rn(1.0, t)
 
 

@@ -61,6 +61,10 @@ import train
 
 GB = 1e9
 BATCHES = (1, 2, 4, 8, 16, 32)
+RANGES = [('world_size', lambda v: v >= 1, '>= 1'), ('gpu_gb', lambda v: v > 0, '> 0'),
+          ('reserve_gb', lambda v: v >= 0, '>= 0'), ('gpus_per_node', lambda v: v >= 1, '>= 1'),
+          ('bw_intra', lambda v: v > 0, '> 0'), ('bw_inter', lambda v: v > 0, '> 0'),
+          ('mfu', lambda v: 0 < v <= 1, '(0, 1]')]
 
 
 @dataclass
@@ -193,8 +197,13 @@ def main(argv=None):
     ap.add_argument('--bw-inter', type=float, default=45.0, help='GB/s per GPU across nodes (a 400 Gb/s NIC)')
     ap.add_argument('--mfu', type=float, default=0.4, help='assumed model FLOPs utilization')
     args, overrides = ap.parse_known_args(argv)
-    if args.world_size < 1:
-        raise SystemExit('plan: --world-size must be at least 1')
+    for arg in overrides:  # the rest are --section.key=value for train.load_config
+        key, eq, _ = arg.removeprefix('--').partition('=')
+        if not (arg.startswith('--') and eq and '.' in key):
+            ap.error(f'unrecognized argument {arg!r}; config overrides are --section.key=value')
+    for flag, ok, words in RANGES:
+        if not (ok(getattr(args, flag)) and math.isfinite(getattr(args, flag))):
+            ap.error(f"--{flag.replace('_', '-')}={getattr(args, flag)} is out of range; valid: {words}")
     cfg = train.load_config(args.config, overrides)
     report(args, cfg, setup(cfg, args.reserve_gb))
 

@@ -53,6 +53,10 @@ SCALES = ("fp32", "e4m3", "e8m0")
 ROUNDINGS = ("rtne", "sr")
 BLOCKS = (16, 32)
 E4M3_MAX, E4M3_MIN = 448.0, 2.0**-6
+# e4m3's smallest tensor scale: a block scale t * sb then stays >= 2**-126 (sb >= 2**-6), so 1 / (t * sb)
+# is finite. Below it (tensor amax < 448 g 2**-120, ~1.2e-33) 1 / t would overflow and every element
+# would quantize to +-g_max; capped, such a tensor keeps its relative precision down to fp32's normals.
+E4M3_T_MIN = 2.0**-120
 ROLES = ("fprop_x", "fprop_w", "dgrad_dy", "dgrad_w", "wgrad_dy", "wgrad_x")
 GEMMS = {"fprop": ("fprop_x", "fprop_w"), "dgrad": ("dgrad_dy", "dgrad_w"), "wgrad": ("wgrad_dy", "wgrad_x")}
 
@@ -185,7 +189,7 @@ def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
         y = torch.where(expand(s_div > 0).unsqueeze(-1), xb / expand(s_div).unsqueeze(-1), 0.0)
     elif spec.scale == "e4m3":
         amax_t = torch.where(torch.isfinite(xm), xm.abs(), 0.0).amax()
-        t = torch.where(amax_t > 0, amax_t / (E4M3_MAX * g), 1.0)
+        t = torch.where(amax_t > 0, (amax_t / (E4M3_MAX * g)).clamp(min=E4M3_T_MIN), 1.0)
         sb = ((amax / g) / t).clamp(E4M3_MIN, E4M3_MAX).to(torch.float8_e4m3fn)
         stored = torch.where(finite, sb.float(), math.nan).to(torch.float8_e4m3fn)
         y = xb * expand((1 / t) / sb.float()).unsqueeze(-1)
@@ -384,6 +388,9 @@ def recipe_from_overrides(name: str, **overrides) -> Recipe:
     for key in ("bf16_first", "bf16_last"):
         if key in overrides:
             v = _parse(key, overrides[key], float)
+            if not (v >= 0 and math.isfinite(v)) or (v > 1 and v != int(v)):
+                raise ValueError(f"{key}={overrides[key]} is not valid: a count of blocks (0, 1, 2, ...) "
+                                 "or a fraction of them in (0, 1)")
             setattr(recipe, key, int(v) if v >= 1 or v == 0 else v)
     return recipe
 

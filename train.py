@@ -21,15 +21,20 @@ initializes only its shards, and the initial weights then depend on the world si
 The run directory (log.out_dir) holds config.json (resolved config, git commit, package versions),
 log.jsonl (a record per step) and the checkpoint: ckpt.pt, one file written by one process (model,
 optimizer, step, config), or for fsdp/ddp ckpt-<step>/, written by every rank with
-torch.distributed.checkpoint and committed by ckpt.json (step, config, directory). Files are written
-under a temporary name, then renamed. Either kind loads at any world size; --export turns the
-sharded one into ckpt.pt. Randomness follows the seed and the position: micro-batch i = micro-step *
+torch.distributed.checkpoint and committed by ckpt.json (step, config, directory); the one before
+stays as ckpt.prev.*. Each carries a sha256, and the newest intact one is resumed (rundir.py: saving,
+checking, the run's lock, no code from files). Either kind loads at any world size; --export turns
+the sharded one into ckpt.pt. Randomness follows the seed and the position: micro-batch i = micro-step *
 world + rank of a step draws its windows (numpy) and its stochastic rounding (torch's generators,
 reseeded) from (seed, step, i). So a resumed run repeats an uninterrupted one bit for bit (on the
 CPU), and world size and grad_accum can be traded without changing the batch. train.resume: 'auto'
-continues from the newest checkpoint if any, 'true' requires one, 'false' starts afresh;
-train.stop_after=N ends this invocation after N steps with a checkpoint (job time limits). A
-non-finite loss or gradient norm stops the run before the optimizer step: weights and checkpoint never see it.
+continues from the newest checkpoint if any, 'true' requires one, 'false' starts afresh (an older
+run's files move to old-<time>/ once the new run has checked its inputs). A resumed run says what
+differs from the saved one; the LR schedule is always that of the current settings, so a larger
+max_steps stretches the decay from the resumed step on. train.stop_after=N ends this invocation after N
+steps with a checkpoint (job time limits), as does SIGINT or SIGTERM (exit 130 or 143; the same again
+stops at once). A non-finite loss or gradient norm stops the run before the optimizer step: weights
+and checkpoint never see it.
 """
 import dataclasses
 import difflib
@@ -40,7 +45,6 @@ import math
 import os
 import platform
 import resource
-import shutil
 import subprocess
 import sys
 import time
@@ -53,9 +57,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 import torch.utils.checkpoint
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -64,8 +66,11 @@ from tqdm import tqdm
 
 import moe
 import quant
+import rundir
+from data.loader import get_batch, load_data
 from data.tokenizer import get_tokenizer
 from model import ModelConfig, Transformer, get_config
+from rundir import find_checkpoint, load_checkpoint, save_checkpoint  # noqa: F401 (tests use them)
 
 PEAK_FLOPS = 989e12  # dense bf16 FLOP/s of one H100/H200 SXM: the denominator of MFU
 
@@ -157,6 +162,26 @@ CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfl
            'train.compile_mode': ('auto', 'default', 'reduce-overhead'),
            'quant.backend': ('auto', 'torch', 'triton')}
 USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample | --export]'
+# the valid values of every numeric field ([model] and [quant] are checked where they are resolved);
+# floats must also be finite
+RANGES = {'data.batch_size': '>= 1', 'data.grad_accum': '>= 1', 'data.eval_batches': '>= 1',
+          'train.max_steps': '>= 1', 'train.seed': '>= 0', 'train.eval_interval': '>= 1',
+          'train.ckpt_interval': '>= -1 (0: at the end only, -1: none)', 'train.stop_after': '>= 0',
+          'optim.lr': '> 0', 'optim.min_lr_ratio': '[0, 1]', 'optim.warmup_steps': '>= 0', 'optim.decay_frac': '[0, 1]',
+          'optim.weight_decay': '>= 0', 'optim.beta1': '[0, 1)', 'optim.beta2': '[0, 1)', 'optim.eps': '> 0',
+          'optim.grad_clip': '>= 0 (0: no clipping)', 'log.quant_stats_interval': '>= 0 (0: never)',
+          'sample.num_samples': '>= 1', 'sample.max_new_tokens': '>= 1', 'sample.temperature': '>= 0 (0: greedy)',
+          'sample.top_k': '>= 0 (0: no top-k)'}
+
+
+def in_range(v, words: str) -> bool:
+    """v within a range as RANGES writes it: '>= 1', '> 0', '[0, 1]' or '[0, 1)', then any comment."""
+    r = words.split(' (')[0]
+    if r[0] == '[':
+        lo, hi = (float(x) for x in r[1:-1].split(','))
+        return lo <= v and (v <= hi if r[-1] == ']' else v < hi)
+    op, bound = r.split()
+    return v >= float(bound) if op == '>=' else v > float(bound)
 
 
 def scalar_fields(cls) -> dict:
@@ -179,6 +204,8 @@ def parse_value(key: str, value, typ):
         raise SystemExit(f'config: {key} expects {typ.__name__}, got {value!r}')
     if value not in CHOICES.get(key, (value,)):
         raise SystemExit(f"config: {key}={value!r} is not valid; valid: {', '.join(CHOICES[key])}")
+    if typ in (int, float) and not (math.isfinite(value) and in_range(value, RANGES.get(key, '> -inf'))):
+        raise SystemExit(f"config: {key}={value!r} is out of range; valid: {RANGES.get(key, 'a finite number')}")
     return value
 
 
@@ -192,7 +219,10 @@ def load_config(path: str, overrides: list[str]) -> Config:
     """Read the TOML file, apply the `--section.key=value` overrides, check every key and type."""
     if not Path(path).is_file():
         raise SystemExit(f'config: no file {path}; the configs are in configs/*.toml\n{USAGE}')
-    raw, items = tomllib.loads(Path(path).read_text(encoding='utf-8')), []
+    try:
+        raw, items = tomllib.loads(Path(path).read_text(encoding='utf-8')), []
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SystemExit(f'config: {path} is not valid TOML: {e}') from e
     for section, table in raw.items():
         if not isinstance(table, dict):
             raise SystemExit(f"config: {path}: key '{section}' must be inside a [section]")
@@ -256,44 +286,6 @@ def init_distributed(device_name: str):
     else:
         dist.init_process_group('nccl' if cuda else 'gloo', store=dist.HashStore(), rank=0, world_size=1)
     return rank, world, device
-
-
-def load_data(data_dir: str, seq_len: int, vocab_size: int) -> dict:
-    """{'train': [shards], 'val': [shards]}: uint16 token memmaps listed in data_dir/meta.json."""
-    meta_path = Path(data_dir) / 'meta.json'
-    if not meta_path.is_file():
-        raise SystemExit(f'data: no {meta_path}; make it with `python data/prepare.py shakespeare` '
-                         f'(or `python data/prepare.py SOURCE --out {data_dir}`), or set --data.dir')
-    meta = json.loads(meta_path.read_text())
-    if meta['dtype'] != 'uint16' or meta['vocab_size'] > vocab_size:
-        raise SystemExit(f"data: {meta_path} has dtype {meta['dtype']} and vocab_size {meta['vocab_size']}; "
-                         f'this trainer reads uint16 tokens below the model vocab_size {vocab_size}')
-    splits = {}
-    for split in ('train', 'val'):
-        paths = [Path(data_dir) / name for name in meta[split]['shards']]
-        if missing := [p for p in paths if not p.is_file()]:
-            raise SystemExit(f'data: shard {missing[0]} in {meta_path} is missing; run data/prepare.py again')
-        shards = [np.memmap(p, dtype=np.uint16, mode='r') for p in paths]
-        splits[split] = [s for s in shards if len(s) > seq_len]  # shorter ones hold no whole window
-        if not splits[split]:
-            raise SystemExit(f'data: no {split} shard of {data_dir} has more than seq_len={seq_len} '
-                             'tokens; use a smaller --model.seq_len or more data')
-    return splits
-
-
-def get_batch(shards: list, key: list[int], batch_size: int, seq_len: int, device):
-    """x, y: [B, T] int64 from B random windows; the same key always gives the same windows."""
-    rng = np.random.default_rng(key)
-    starts = np.array([len(s) - seq_len for s in shards])  # windows of T+1 tokens in each shard
-    ends = np.cumsum(starts)
-    picks = rng.integers(0, ends[-1], size=batch_size)
-    shard = np.searchsorted(ends, picks, side='right')
-    offset = picks - (ends - starts)[shard]
-    xy_BT1 = torch.from_numpy(np.stack([shards[i][o:o + seq_len + 1] for i, o in zip(shard, offset)])
-                              .astype(np.int64))
-    if device.type == 'cuda':
-        xy_BT1 = xy_BT1.pin_memory().to(device, non_blocking=True)
-    return xy_BT1[:, :-1].contiguous(), xy_BT1[:, 1:].contiguous()
 
 
 def resolve(cfg: Config):
@@ -420,72 +412,37 @@ def autocast_for(cfg: Config, device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16), 'bfloat16' if bf16 else 'float32'
 
 
-# ----------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path: Path, model, opt, step: int, cfg: Config):
-    """ckpt.pt: one file, by one process. ckpt.json (fsdp, ddp): every rank writes its shards to
-    ckpt-<step>/ (torch.distributed.checkpoint), then rank 0 commits ckpt.json, which names them, and
-    removes older ones. A file is written as NAME.tmp, then renamed: a save that is stopped leaves the
-    last checkpoint whole. The optimizer state is keyed by parameter name (get_state_dict)."""
-    bad = sum((~torch.isfinite(p.to_local() if isinstance(p, DTensor) else p)).sum() for p in model.parameters())
-    if path.suffix == '.json':
-        dist.all_reduce(bad)
-    if bad.item():
-        raise RuntimeError(f'step {step}: refusing to write a checkpoint with non-finite weights')
-    tmp, run_dir = path.with_name(path.name + '.tmp'), path.parent
-    if path.suffix == '.pt':
-        model_sd, optim_sd = get_state_dict(model, opt)
-        torch.save({'model': model_sd, 'optimizer': optim_sd, 'step': step, 'config': asdict(cfg)}, tmp)
-        return os.replace(tmp, path)
-    name, rank0 = f'ckpt-{step:07d}', dist.get_rank() == 0
-    if rank0:
-        shutil.rmtree(run_dir / name, ignore_errors=True)  # a half-written one from a stopped run
-    dist.barrier()
-    model_sd, optim_sd = get_state_dict(model, opt)
-    dcp.save({'model': model_sd, 'optimizer': optim_sd}, checkpoint_id=run_dir / name)
-    if rank0:  # dcp.save returns on rank 0 after every rank's shards and the metadata are written
-        side = {'step': step, 'dir': name, 'world_size': dist.get_world_size(), 'config': asdict(cfg)}
-        tmp.write_text(json.dumps(side, indent=1) + '\n')
-        os.replace(tmp, path)
-        for old in run_dir.glob('ckpt-*'):
-            if old.name != name:
-                shutil.rmtree(old)
-    dist.barrier()
-
-
-def find_checkpoint(run_dir: Path, file_first=False):
-    """(step, config dict, path) of the run directory's newest checkpoint, or None: ckpt.pt or
-    the sharded one that ckpt.json names (on a tie, as after --export, the sharded one unless
-    file_first: every rank would read all of ckpt.pt)."""
-    found = []
-    if (run_dir / 'ckpt.json').is_file():
-        side = json.loads((run_dir / 'ckpt.json').read_text())
-        found.append((side['step'], side['config'], run_dir / side['dir']))
-    if (run_dir / 'ckpt.pt').is_file():  # mmap: only the step and the config are read here
-        ckpt = torch.load(run_dir / 'ckpt.pt', map_location='cpu', mmap=True, weights_only=True)
-        found.append((ckpt['step'], ckpt['config'], run_dir / 'ckpt.pt'))
-    return max(found, key=lambda f: (f[0], (f[2].suffix == '.pt') == file_first)) if found else None
-
-
+# ----------------------------------------------------------------------------- resuming
 def check_same_model(path: Path, saved: dict, cfg: Config):
+    run_dir = Path(cfg.log.out_dir)
     for section in ('model', 'quant'):  # a run directory holds one model trained under one recipe
-        old, new = ({k: v for k, v in c[section].items() if k != 'backend'} for c in (saved, asdict(cfg)))
+        old, new = ({k: v for k, v in c[section].items() if k != 'backend'} for c in (saved['config'], asdict(cfg)))
         if old != new:
-            raise SystemExit(f'{path} was trained with [{section}] {old}, not {new}; pick another '
-                             '--log.out_dir, or --train.resume=false to start afresh there')
+            raise SystemExit(f'{path} was trained with [{section}] {old}, not {new}. To train this one beside it, '
+                             f'add --log.out_dir={run_dir}-{cfg.quant.recipe}; to start afresh in {run_dir}, add '
+                             f'--train.resume=false (its files then move to {run_dir}/old-<time>/)')
 
 
-def load_checkpoint(path: Path, model, opt):
-    """Load either kind of checkpoint into a model and optimizer sharded any way: get_state_dict
-    gives this rank's part (its shards under FSDP), and the loader fills it from the saved file or
-    from whichever saved shards overlap it, so the world size may differ from the saving run's."""
-    if path.suffix == '.pt':
-        ckpt = torch.load(path, map_location='cpu', weights_only=True)
-        set_state_dict(model, opt, model_state_dict=ckpt['model'], optim_state_dict=ckpt['optimizer'],
-                       options=StateDictOptions(full_state_dict=True))
-        return
-    model_sd, optim_sd = get_state_dict(model, opt)
-    dcp.load({'model': model_sd, 'optimizer': optim_sd}, checkpoint_id=path)
-    set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd)
+def resume_notes(saved: dict, cfg: Config, world: int, tokens_per_step: int, seq_len: int, start: int) -> list:
+    """What differs from the run that wrote the checkpoint. The LR schedule is always that of the
+    current max_steps and [optim]: a longer run stretches the decay from where it was (the lr jumps
+    to the new schedule's value at the resumed step)."""
+    old, old_world, notes = saved['config'], saved.get('world_size', 1), []
+    old_tokens = old['data']['batch_size'] * seq_len * old['data']['grad_accum'] * old_world
+    if old_world != world:
+        notes.append(f'world size {old_world} -> {world}')
+    if old_tokens != tokens_per_step:
+        notes.append(f'tokens per step {old_tokens:,} -> {tokens_per_step:,}')
+    for section in ('data', 'train', 'optim'):
+        now = asdict(getattr(cfg, section))
+        notes += [f'{section}.{k} {v} -> {now[k]}' for k, v in old[section].items()
+                  if k not in ('resume', 'stop_after') and now.get(k) != v]
+    lr_old = lr_at(start, OptimConfig(**old['optim']), old['train']['max_steps'])
+    lr_new = lr_at(start, cfg.optim, cfg.train.max_steps)
+    if lr_old != lr_new:
+        notes.append(f'the LR schedule follows the new settings: step {start + 1} takes lr {lr_new:.3g}, '
+                     f'not {lr_old:.3g}')
+    return notes
 
 
 def saved_config(cfg: Config, saved: dict) -> Config:
@@ -510,21 +467,30 @@ def evaluate(model, val: list, cfg: Config, rank: int, seq_len: int, device, aut
 
 
 # ----------------------------------------------------------------------------- training
-def train(cfg: Config, rank: int, world: int, device):
+def train(cfg: Config, rank: int, world: int, device, stop=()):
+    """Returns the run's checkpoint (None with ckpt_interval=-1). stop (rundir.stop_signals): not
+    empty once SIGINT or SIGTERM came; the step in flight finishes, is saved, and rundir.Stopped says so."""
     log = tqdm.write if rank == 0 else (lambda msg: None)
     c, o, run_dir = cfg.train, cfg.optim, Path(cfg.log.out_dir)
     mode, jsonl_path = parallel_mode(c, world), run_dir / 'log.jsonl'
     cmode, why = compile_mode(c, mode, device)
     ckpt_path = run_dir / ('ckpt.pt' if mode == 'none' else 'ckpt.json')  # ckpt.json names the shards
-    found = find_checkpoint(run_dir) if c.resume != 'false' else None
+    rundir.check_writable(run_dir)
+    found = rundir.find_checkpoint_once(run_dir, log) if c.resume != 'false' else None
     if c.resume == 'true' and found is None:
         raise SystemExit(f'train.resume=true but there is no checkpoint in {run_dir}')
 
     mcfg, recipe = resolve(cfg)
     seq_len, (autocast, autocast_dtype) = mcfg.seq_len, autocast_for(cfg, device)
+    check_backend(cfg.quant.backend, device)
     quant.set_backend(cfg.quant.backend)
     if found:
         check_same_model(found[2], found[1], cfg)
+    start = found[0] if found else 0
+    last = min(c.max_steps, start + c.stop_after) if c.stop_after else c.max_steps
+    if start >= last:  # and nothing is written
+        log(f'nothing to do: {found[2]} is at step {start} of max_steps={c.max_steps}; raise --train.max_steps')
+        return found[2]
 
     # data: windows of the model's context
     data = load_data(cfg.data.dir, seq_len, mcfg.vocab_size)
@@ -544,26 +510,23 @@ def train(cfg: Config, rank: int, world: int, device):
     graphs = cmode == 'reduce-overhead'
     forward = torch.compile(model, mode=cmode) if cmode else model
 
-    # resume; record what runs
+    # resume; record what runs (the inputs are checked: only now is the run directory written)
     if found:
         load_checkpoint(found[2], raw_model, opt)
-    start = found[0] if found else 0
+    tokens = found[1].get('tokens', start * tokens_per_step) if found else 0  # cumulative over resumes
     if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        kept = [line for line in jsonl_path.read_text().splitlines()
-                if json.loads(line)['step'] <= start] if start and jsonl_path.is_file() else []
-        jsonl_path.write_text(''.join(line + '\n' for line in kept))  # drop steps after the checkpoint
         info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe), 'parallel': mode,
                 'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
-        (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
+        rundir.open_run(run_dir, start, info, log)
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
         f'{device} | {mode} | autocast {autocast_dtype} | compile {cmode or "off"} ({why}) '
         f'| activation checkpointing {c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the '
         f'embedding) | {tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
+    for note in resume_notes(found[1], cfg, world, tokens_per_step, seq_len, start) if found else []:
+        log(f'resume: {note}')
 
-    last, recent = min(c.max_steps, start + c.stop_after) if c.stop_after else c.max_steps, []
-    t_start = time.perf_counter()
+    recent, t_start = [], time.perf_counter()
     for step in tqdm(range(start, last), initial=start, total=c.max_steps, disable=rank != 0, dynamic_ncols=True):
         t0 = time.perf_counter()
         lr = lr_at(step, o, c.max_steps)
@@ -603,7 +566,8 @@ def train(cfg: Config, rank: int, world: int, device):
 
         done, dt = step + 1, time.perf_counter() - t0
         recent.append(loss_v)
-        rec = {'step': done, 'loss': loss_v, 'lr': lr, 'grad_norm': norm_v, 'tokens': done * tokens_per_step,
+        tokens += tokens_per_step
+        rec = {'step': done, 'loss': loss_v, 'lr': lr, 'grad_norm': norm_v, 'tokens': tokens,
                'tok_s': tokens_per_step / dt, 'mfu': flops_per_step / dt / (PEAK_FLOPS * world),
                'mem_gb': torch.cuda.max_memory_allocated(device) / 1e9 if device.type == 'cuda'
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,  # peak; Linux: KiB
@@ -611,19 +575,29 @@ def train(cfg: Config, rank: int, world: int, device):
         if monitor is not None:
             rec['quant'] = monitor.summary()
         if done % c.eval_interval == 0 or done == c.max_steps:
+            mfu = f'{100 * rec["mfu"]:.1f}%' if device.type == 'cuda' else 'n/a'  # PEAK_FLOPS is a GPU's
             rec['val_loss'] = evaluate(forward, data['val'], cfg, rank, seq_len, device, autocast)
             log(f'step {done:6d}/{c.max_steps} | loss {np.mean(recent):.4f} | val {rec["val_loss"]:.4f} | '
-                f'lr {lr:.2e} | gnorm {norm_v:.3f} | {rec["tok_s"]:,.0f} tok/s | mfu {100 * rec["mfu"]:.1f}% | '
+                f'lr {lr:.2e} | gnorm {norm_v:.3f} | {rec["tok_s"]:,.0f} tok/s | mfu {mfu} | '
                 f'mem {rec["mem_gb"]:.2f} GB')
             recent = []
         rec['time_s'] = time.perf_counter() - t_start  # since this invocation's first step: eval and logging too
         if rank == 0:
             with open(jsonl_path, 'a') as f:
                 f.write(json.dumps(rec) + '\n')
-        if c.ckpt_interval >= 0 and ((c.ckpt_interval and done % c.ckpt_interval == 0) or done == last):
-            save_checkpoint(ckpt_path, raw_model, opt, done, cfg)
-    if start >= last:
-        log(f'nothing to do: the checkpoint is at step {start} of max_steps={c.max_steps}')
+        due = (c.ckpt_interval and done % c.ckpt_interval == 0) or done == last
+        stopping = rundir.stop_requested(stop, device)
+        if c.ckpt_interval >= 0 and (due or stopping):
+            save_checkpoint(ckpt_path, raw_model, opt, done, cfg, tokens=tokens, world_size=world)
+        if stopping:
+            raise rundir.Stopped(stop, done, ckpt_path if c.ckpt_interval >= 0 else None)
+    return ckpt_path if c.ckpt_interval >= 0 else None
+
+
+def check_backend(backend: str, device):
+    if backend == 'triton' and device.type != 'cuda' and os.environ.get('TRITON_INTERPRET') != '1':
+        raise SystemExit('quant.backend=triton runs the Triton kernels, which need a CUDA GPU here (or '
+                         'TRITON_INTERPRET=1, a slow CPU interpreter, for tests); use --quant.backend=auto')
 
 
 def export(cfg: Config, world: int):
@@ -637,13 +611,13 @@ def export(cfg: Config, world: int):
     step, saved, path = found
     if path.suffix == '.pt':
         return print(f'{path} (step {step}) is already the newest checkpoint, as one file')
-    saved_cfg = saved_config(cfg, saved)
+    saved_cfg = saved_config(cfg, saved['config'])
     model = build_model(*resolve(saved_cfg), torch.device('cpu'))
     opt = make_optimizer(model, saved_cfg.optim)
     load_checkpoint(path, model, opt)
-    save_checkpoint(run_dir / 'ckpt.pt', model, opt, step, saved_cfg)
-    print(f'{path} (step {step}, saved by {json.loads((run_dir / "ckpt.json").read_text())["world_size"]} '
-          f'ranks) -> {run_dir / "ckpt.pt"}')
+    save_checkpoint(run_dir / 'ckpt.pt', model, opt, step, saved_cfg,
+                    **{k: saved[k] for k in ('tokens', 'world_size') if k in saved})
+    print(f'{path} (step {step}, saved by {saved["world_size"]} ranks) -> {run_dir / "ckpt.pt"}')
 
 
 def sample(cfg: Config):
@@ -668,7 +642,8 @@ def sample(cfg: Config):
     for i in range(s.num_samples):
         with torch.no_grad(), autocast:
             out = model.generate(idx, s.max_new_tokens, temperature=s.temperature, top_k=s.top_k or None)
-        ids = [t for t in out[0].tolist() if t < enc.n_vocab]  # a padded vocabulary has ids with no text
+        ids = out[0, 0 if s.prompt else 1:].tolist()  # without the end-of-text token it starts from
+        ids = [t for t in ids if t < enc.n_vocab]  # a padded vocabulary has ids with no text
         print(f'--- sample {i + 1}\n{enc.decode(ids)}')
 
 
@@ -683,8 +658,18 @@ def main(argv=None):
     if rank == 0:  # quant.py logs which quantizer runs (the PyTorch reference or the Triton kernels)
         logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s')
     try:
-        export(cfg, world) if '--export' in argv else train(cfg, rank, world, device)
+        if '--export' in argv:
+            return export(cfg, world)
+        with rundir.stop_signals() as stop:
+            ckpt = train(cfg, rank, world, device, stop)
+        if rank == 0:
+            print(rundir.where(Path(cfg.log.out_dir), ckpt, argv[0]))
+    except rundir.Stopped as e:
+        if rank == 0:
+            print(e.message(argv), file=sys.stderr)
+        raise SystemExit(e.code) from None
     finally:
+        rundir.release_lock(Path(cfg.log.out_dir))
         dist.destroy_process_group()
 
 

@@ -27,6 +27,7 @@ c. The six operands (fprop X, W; dgrad dY, W; wgrad dY, X) of the MLP's fc1 (w1,
 import argparse
 import json
 import math
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -239,7 +240,14 @@ def load_checkpoint(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise SystemExit(f"no checkpoint at {path}; train.py writes RUN_DIR/ckpt.pt (--log.out_dir)")
-    return torch.load(path, map_location="cpu", weights_only=False)  # our own file: configs, RNG states
+    try:  # tensors and plain values only: a crafted pickle cannot run code here
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise SystemExit(f"refusing to load {path}: it holds objects other than tensors and plain values, "
+                         f"which train.py never writes (a file from elsewhere?): {str(e).splitlines()[0]}") from e
+    except (RuntimeError, EOFError) as e:
+        raise SystemExit(f"cannot read {path} as a checkpoint ({str(e).splitlines()[0]}); "
+                         "point --ckpt at a RUN_DIR/ckpt.pt written by train.py") from e
 
 
 def load_model(ckpt: dict) -> Transformer:
