@@ -62,6 +62,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+import expert_parallel
 import moe
 import quant
 from data.tokenizer import get_tokenizer
@@ -95,6 +96,7 @@ class TrainConfig:
     compile_mode: str = 'default'  # default | reduce-overhead (CUDA graphs: no per-kernel launch cost on
                                    # the host, for small models and MoE; one process on a GPU)
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
+    ep: int = 1  # expert parallelism (fsdp): routed experts split over this many ranks (expert_parallel.py)
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
     init: str = 'auto'  # fsdp: full | sharded (each rank draws only its shards) | auto: see sharded_init
     eval_interval: int = 50
@@ -351,6 +353,8 @@ def parallelize(model, cfg: Config, mode: str, device, bf16: bool, sharded: bool
         # bf16 (their arithmetic stays fp32).
         low = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None,
                                    reduce_dtype=torch.float32, cast_forward_inputs=False)
+        if cfg.train.ep > 1:  # routed experts split over ep ranks, then sharded over the others
+            expert_parallel.shard_experts(model, cfg.train.ep, device.type, low)
         for block in model.layers:
             fully_shard(block, mesh=mesh, mp_policy=low)
         fully_shard(model.tok_emb, mesh=mesh, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
@@ -498,6 +502,7 @@ def train(cfg: Config, rank: int, world: int, device):
         raise SystemExit(f'train.resume=true but there is no checkpoint in {run_dir}')
 
     mcfg, recipe = resolve(cfg)
+    expert_parallel.check(c.ep, world, mcfg, mode)
     seq_len, (autocast, autocast_dtype) = mcfg.seq_len, autocast_for(cfg, device)
     quant.set_backend(cfg.quant.backend)
     if found:

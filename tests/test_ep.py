@@ -1,0 +1,142 @@
+"""Expert parallelism on the CPU (gloo): ep ranks against one process, checkpoints across ep sizes,
+and the errors for an ep that cannot be laid out.
+
+The comparison. n ranks with ep = n each take B sequences of one global batch; the reference is one
+process with all n·B sequences in one micro-batch. The rows an expert's owner receives come source
+rank by source rank, each in token order: the reference's rows for that expert, in its order and in
+the same aligned groups. So the routed experts compute the same products; what differs is summation
+order elsewhere: the loss is a mean of n means, the dense weights' gradients sum n·B sequences in one
+GEMM in the reference and n partial sums (FSDP2's reduce-scatter) here. Those are fp32 rounding
+differences (~1e-7 relative), which the next step carries on: rtol 1e-6 on the losses of two steps
+and 1e-5 on every gradient (relative norm of the difference), for bf16 and for ufp4 with
+round-to-nearest everywhere (sr=none); there, in step 1, the loss and the expert gradients are bit
+for bit the reference's (every 4-bit block, along D or along an expert's tokens, holds the same
+values). ufp4 as defined rounds the gradients stochastically, and the draws follow the buffers'
+shapes, which differ: the first loss (the forward rounds to nearest) is still exact, the first
+gradients are two draws of one unbiased estimate (within 0.5 relative at this tiny batch), and the
+losses agree to 1e-2.
+Two experts get a bias of -1e3 so that no token picks them: with ep = 2 one rank holds an idle
+expert, with ep = 4 a rank holds two idle experts and receives no rows at all.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / 'tests'))
+import expert_parallel  # noqa: E402
+import moe  # noqa: E402
+import train  # noqa: E402
+from test_fsdp import MOE_TINY, args, losses, torchrun  # noqa: E402
+from test_train import VOCAB, write_dataset  # noqa: E402
+
+B, S, STEPS, IDLE = 2, 32, 2, (0, 1)
+RECIPES = {'bf16': {}, 'ufp4-rtne': {'sr': 'none'}, 'ufp4': {}}
+
+
+def run_steps(recipe: str, ep: int, rank: int = 0, world: int = 1, n: int = 1) -> dict:
+    """STEPS optimizer steps of moe-tiny on this rank's B sequences of an n·B-sequence batch (the
+    whole batch in one process: world 1): losses, full gradients and the final expert bias."""
+    cfg = train.Config()
+    cfg.model.preset, cfg.train.ep = 'moe-tiny', ep
+    cfg.model.overrides = dict(vocab_size=VOCAB, seq_len=S)
+    cfg.quant.recipe, cfg.quant.overrides = recipe.split('-')[0], RECIPES[recipe]
+    mcfg, qrecipe = train.resolve(cfg)
+    torch.manual_seed(0)
+    model, _ = train.parallelize(train.build_model(mcfg, qrecipe, torch.device('meta')), cfg,
+                                 'fsdp' if world > 1 else 'none', torch.device('cpu'), bf16=False)
+    for _, layer in moe._moe_layers(model):
+        layer.expert_bias[list(IDLE)] = -1e3
+    opt = train.make_optimizer(model, train.OptimConfig(lr=1e-2))
+    xy = torch.randint(0, VOCAB, (n * B, S + 1), generator=torch.Generator().manual_seed(1))
+    x, y = (t[rank * (n // world) * B:(rank + 1) * (n // world) * B] for t in (xy[:, :-1], xy[:, 1:]))
+    out = {'loss': [], 'grads': []}
+    for step in range(STEPS):
+        torch.manual_seed(100 + step)  # stochastic rounding
+        loss = model(x, y)[1]
+        loss.backward()
+        clip = expert_parallel.clip_grad_norm_ if ep > 1 else torch.nn.utils.clip_grad_norm_
+        clip(list(model.parameters()), 1.0)
+        grads = {k: (p.grad.full_tensor() if hasattr(p.grad, 'full_tensor') else p.grad).clone()
+                 for k, p in model.named_parameters()}
+        if world > 1:
+            dist.all_reduce(loss := loss.detach().clone())
+        out['loss'].append(loss.item() / world)
+        out['grads'].append(grads)
+        opt.step()
+        opt.zero_grad()
+        moe.update_bias(model)
+    out['bias'] = [layer.expert_bias.clone() for _, layer in moe._moe_layers(model)]
+    return out
+
+
+def worker(out_path: str, recipes: list):
+    """Under torchrun: every recipe with ep = world; rank 0 saves the results."""
+    dist.init_process_group('gloo')
+    world = dist.get_world_size()
+    try:
+        res = {r: run_steps(r, world, dist.get_rank(), world, world) for r in recipes}
+        if dist.get_rank() == 0:
+            torch.save(res, out_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_workers(tmp_path, n, recipes):
+    env = dict(os.environ, OMP_NUM_THREADS='1', TRITON_INTERPRET='1')
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={n}', __file__,
+           str(tmp_path / 'ep.pt'), *recipes]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
+    return torch.load(tmp_path / 'ep.pt', weights_only=True)
+
+
+def compare(got, want, recipe):
+    """Losses and gradients of STEPS steps (module docstring for the tolerances)."""
+    if recipe == 'ufp4':  # stochastic rounding: other draws; the forward of step 1 is round-to-nearest
+        assert got['loss'][0] == want['loss'][0]
+        loss_rtol, grad_bound, grads = 1e-2, 0.5, got['grads'][:1]
+    else:
+        loss_rtol, grad_bound, grads = 1e-6, 1e-5, got['grads']
+    np.testing.assert_allclose(got['loss'], want['loss'], rtol=loss_rtol)
+    for g, w in zip(grads, want['grads']):
+        assert g.keys() == w.keys()
+        for k in w:
+            err = (g[k] - w[k]).norm() / w[k].norm()
+            assert err <= grad_bound, (recipe, k, err.item())
+    experts = [k for k in want['grads'][0] if '.experts.' in k]
+    if recipe == 'ufp4-rtne':  # the same rows in the same groups: the expert gradients of step 1 are exact
+        assert got['loss'][0] == want['loss'][0]
+        assert all(torch.equal(got['grads'][0][k], want['grads'][0][k]) for k in experts)
+        # global loads: the same bias updates (the routing of step 2 follows step 1's SR draws)
+        assert all(torch.equal(a, b) for a, b in zip(got['bias'], want['bias']))
+    for step in got['grads']:  # idle experts get no gradient at all, the others do
+        for k in experts:
+            assert not step[k][list(IDLE)].any() and step[k].abs().sum() > 0, k
+
+
+def check_against_one_process(tmp_path, n):
+    recipes = list(RECIPES)
+    got = run_workers(tmp_path, n, recipes)
+    for recipe in recipes:
+        compare(got[recipe], run_steps(recipe, 1, n=n), recipe)
+
+
+def test_ep2_matches_one_process(tmp_path):
+    check_against_one_process(tmp_path, 2)
+
+
+@pytest.mark.full
+def test_ep4_matches_one_process(tmp_path):
+    check_against_one_process(tmp_path, 4)
+
+
+if __name__ == '__main__':
+    worker(sys.argv[1], sys.argv[2:])
