@@ -133,7 +133,7 @@ def clip_grad_norm_(params, max_norm: float):
     squares of every rank's local gradient shards, summed over all ranks."""
     grads = [p.grad for p in params if p.grad is not None]
     local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-    total = sum(g.float().pow(2).sum() for g in local)
+    total = torch.stack(torch._foreach_norm(local, dtype=torch.float32)).square().sum()
     dist.all_reduce(total)
     norm = total.sqrt()
     if math.isfinite(max_norm):

@@ -539,7 +539,7 @@ def train(cfg: Config, rank: int, world: int, device):
                 'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
-        f'{device} | {mode} | autocast {autocast_dtype} | compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
+        f'{device} | {mode}{f" (ep={c.ep})" if c.ep > 1 else ""} | autocast {autocast_dtype} | compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
         f'| activation checkpointing {c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the '
         f'embedding) | {tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
@@ -570,7 +570,8 @@ def train(cfg: Config, rank: int, world: int, device):
                 (loss / cfg.data.grad_accum).backward()
             loss_sum += loss.detach().float()
         quant.MONITOR = None
-        norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), o.grad_clip if o.grad_clip > 0 else math.inf)
+        clip = expert_parallel.clip_grad_norm_ if c.ep > 1 else torch.nn.utils.clip_grad_norm_  # two meshes
+        norm = clip(raw_model.parameters(), o.grad_clip if o.grad_clip > 0 else math.inf)
         norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
         dist.all_reduce(loss_sum)  # gradients are averaged already; the loss is, for the log
         loss_v, norm_v = loss_sum.item() / (cfg.data.grad_accum * world), norm.item()

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / 'tests'))
 import expert_parallel  # noqa: E402
 import moe  # noqa: E402
 import train  # noqa: E402
-from test_fsdp import MOE_TINY, args, losses, torchrun  # noqa: E402
+from test_fsdp import MOE_TINY, args, losses, side, torchrun  # noqa: E402
 from test_train import VOCAB, write_dataset  # noqa: E402
 
 B, S, STEPS, IDLE = 2, 32, 2, (0, 1)
@@ -136,6 +136,35 @@ def test_ep2_matches_one_process(tmp_path):
 @pytest.mark.full
 def test_ep4_matches_one_process(tmp_path):
     check_against_one_process(tmp_path, 4)
+
+
+# ----------------------------------------------------------------------------- train.py: checkpoints
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp('data') / 'synthetic')
+
+
+def experts_of(state: dict) -> dict:
+    return {k: v for k, v in state.items() if '.ffn.expert' in k}
+
+
+def test_resume_across_ep_sizes(data_dir, tmp_path):
+    """moe-tiny, bf16, no clipping: 2 steps on 2 ranks with ep=2 (a sharded checkpoint of global expert
+    tensors), step 3 in one FSDP2 rank with ep=1 from it, then --export: the losses and the exported
+    weights are one process's (grad_accum 2) to fp32 rounding (module docstring)."""
+    one, hop = tmp_path / 'one', tmp_path / 'hop'
+    common = ['--optim.grad_clip=0', '--train.max_steps=3']
+    train.main(args(MOE_TINY, data_dir, one, '--data.grad_accum=2', *common))
+    stdout = torchrun(args(MOE_TINY, data_dir, hop, '--train.ep=2', '--train.stop_after=2', *common))
+    assert '2 x cpu | fsdp (ep=2)' in stdout and side(hop)['step'] == 2
+    train.main(args(MOE_TINY, data_dir, hop, '--train.parallel=fsdp', '--data.grad_accum=2', *common))
+    assert side(hop)['step'] == 3 and side(hop)['world_size'] == 1
+    np.testing.assert_allclose(losses(hop), losses(one), rtol=1e-6)
+    train.main(args(MOE_TINY, data_dir, hop, '--export'))
+    got, want = (experts_of(torch.load(d / 'ckpt.pt', weights_only=True)['model']) for d in (hop, one))
+    assert got.keys() == want.keys() and len(got) == 4  # w1, w2, w3 and the bias, each [E, ...]
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
 if __name__ == '__main__':
