@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / 'tests'))
 import expert_parallel  # noqa: E402
 import moe  # noqa: E402
+import plan  # noqa: E402
 import train  # noqa: E402
 from test_fsdp import MOE_TINY, args, losses, side, torchrun  # noqa: E402
 from test_train import VOCAB, write_dataset  # noqa: E402
@@ -77,22 +78,22 @@ def run_steps(recipe: str, ep: int, rank: int = 0, world: int = 1, n: int = 1) -
     return out
 
 
-def worker(out_path: str, recipes: list):
-    """Under torchrun: every recipe with ep = world; rank 0 saves the results."""
+def worker(out_path: str, ep: int, recipes: list):
+    """Under torchrun: every recipe with this ep; rank 0 saves the results."""
     dist.init_process_group('gloo')
     world = dist.get_world_size()
     try:
-        res = {r: run_steps(r, world, dist.get_rank(), world, world) for r in recipes}
+        res = {r: run_steps(r, ep, dist.get_rank(), world, world) for r in recipes}
         if dist.get_rank() == 0:
             torch.save(res, out_path)
     finally:
         dist.destroy_process_group()
 
 
-def run_workers(tmp_path, n, recipes):
+def run_workers(tmp_path, n, ep, recipes):
     env = dict(os.environ, OMP_NUM_THREADS='1', TRITON_INTERPRET='1')
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={n}', __file__,
-           str(tmp_path / 'ep.pt'), *recipes]
+           str(tmp_path / 'ep.pt'), str(ep), *recipes]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     return torch.load(tmp_path / 'ep.pt', weights_only=True)
@@ -122,20 +123,23 @@ def compare(got, want, recipe):
             assert not step[k][list(IDLE)].any() and step[k].abs().sum() > 0, k
 
 
-def check_against_one_process(tmp_path, n):
+def check_against_one_process(tmp_path, n, ep):
     recipes = list(RECIPES)
-    got = run_workers(tmp_path, n, recipes)
+    got = run_workers(tmp_path, n, ep, recipes)
     for recipe in recipes:
         compare(got[recipe], run_steps(recipe, 1, n=n), recipe)
 
 
 def test_ep2_matches_one_process(tmp_path):
-    check_against_one_process(tmp_path, 2)
+    check_against_one_process(tmp_path, 2, 2)
 
 
 @pytest.mark.full
-def test_ep4_matches_one_process(tmp_path):
-    check_against_one_process(tmp_path, 4)
+@pytest.mark.parametrize('ep', [2, 4])
+def test_4_ranks_match_one_process(tmp_path, ep):
+    """4 ranks: ep = 4 (a rank whose experts get no tokens), and ep = 2, where FSDP2 also shards
+    every rank's experts over the 2 ranks that hold the same ones."""
+    check_against_one_process(tmp_path, 4, ep)
 
 
 # ----------------------------------------------------------------------------- train.py: checkpoints
@@ -167,5 +171,61 @@ def test_resume_across_ep_sizes(data_dir, tmp_path):
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
+# ----------------------------------------------------------------------------- errors, plan.py
+def test_errors(data_dir, tmp_path):
+    """An ep that cannot be laid out stops the run before any work, saying what to change."""
+    for config, ep, message in ((MOE_TINY, 3, 'does not divide the 8 routed experts; use a divisor of 8'),
+                                (MOE_TINY, 2, 'does not divide the world size 1; start a multiple of 2'),
+                                (MOE_TINY, 0, 'must be >= 1'),
+                                (str(ROOT / 'configs' / 'tiny.toml'), 2, 'the model has none')):
+        with pytest.raises(SystemExit, match=message):
+            train.main(args(config, data_dir, tmp_path, f'--train.ep={ep}'))
+    assert not (tmp_path / 'log.jsonl').exists()
+    with pytest.raises(SystemExit, match='runs under train.parallel=fsdp, not ddp'):
+        expert_parallel.check(2, 2, train.get_config('moe-tiny'), 'ddp')
+    big = str(ROOT / 'configs' / 'moe-124b.toml')
+    with pytest.raises(SystemExit, match='does not divide the 512 routed experts'):
+        plan.main([big, '--world-size', '64', '--ep', '3'])
+    with pytest.raises(SystemExit, match='does not divide the world size 64'):
+        plan.main([big, '--world-size', '64', '--ep', '128'])
+
+
+def test_plan_ep_arithmetic():
+    """plan.py under expert parallelism: the same state memory per GPU, a block gathers its E/ep
+    experts, the experts move no FSDP2 bytes at ep = n, and the all-to-all counts 4 passes of
+    T k D activations per MoE layer, (ep-1)/ep of them leaving the GPU."""
+    cfg = train.load_config(MOE_TINY, ['--train.dtype=bfloat16'])
+    one, two, four = (plan.setup(cfg, 0, ep) for ep in (1, 2, 4))
+    experts = one.experts(one.model.layers[1])
+    assert experts == 3 * 8 * 32 * 64 and one.experts(one.model.layers[0]) == 0
+    for s in (two, four):
+        assert plan.memory(s, 1, False, 4)['AdamW states (fp32 shards)'] == \
+            plan.memory(one, 1, False, 4)['AdamW states (fp32 shards)']
+        assert s.blocks[1] == one.blocks[1] - experts * (s.ep - 1) // s.ep
+    gather1, scatter1 = plan.communication(one, 4)
+    gather4, scatter4 = plan.communication(four, 4)
+    assert gather1 - gather4 == pytest.approx(0.75 * 2 * 2 * experts)  # bf16, forward and backward
+    assert scatter1 - scatter4 == pytest.approx(0.75 * 4 * experts)
+    T, k, D = 64, 2, 64
+    assert plan.all_to_all(one, 1, False, 8) == (0, 0)
+    assert plan.all_to_all(two, 1, False, 8) == (4 * T * k * D * 2 / 2, 0)
+    assert plan.all_to_all(four, 1, True, 2) == (6 * T * k * D * 2 * 3 / 4, 6 * T * k * D * 2 * 2 / 4)
+
+
+def test_plan_report_ep(capsys):
+    """The 124B MoE on 64 GPUs with ep = 8, 16, 64 (activation checkpointing): expert memory, the
+    all-to-all, and why the step is still not compute-bound at these bandwidths."""
+    for ep in (8, 16, 64):
+        plan.main([str(ROOT / 'configs' / 'moe-124b.toml'), '--world-size', '64', '--ep', str(ep),
+                   '--train.activation_checkpointing=true'])
+        out = capsys.readouterr().out
+        assert f'expert parallelism, ep={ep}: a GPU holds {512 // ep} of the 512 experts' in out
+        assert '30.6 GB of fp32 weights, gradients and AdamW states' in out  # 16 bytes x experts / 64
+        assert 'communication-bound: a step takes' in out and 'overlapping the all-to-all' in out
+        assert ('node-limited routing' in out) == (ep > 8)
+        if ep == 16:
+            assert 'with overlap and node-limited routing, at batch_size=16' in out and '-> compute-bound' in out
+
+
 if __name__ == '__main__':
-    worker(sys.argv[1], sys.argv[2:])
+    worker(sys.argv[1], int(sys.argv[2]), sys.argv[3:])
