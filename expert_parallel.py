@@ -123,6 +123,8 @@ def shard_experts(model, ep: int, device_type: str, mp_policy):
             setattr(experts, name, torch.nn.Parameter(dt, requires_grad=p.requires_grad))
         fully_shard(experts, mesh=mesh['dp'], mp_policy=mp_policy, shard_placement_fn=lambda p: Shard(1))
         experts.set_gradient_divide_factor(world)  # their gradients sum the tokens of all ranks
+        if device_type == 'cpu' and world > ep:  # gloo has no pre-multiplied sum: a sum, then the division
+            experts.set_force_sum_reduction_for_comms(True)
         layer.dispatcher = Dispatcher(layer, ep_mesh.get_group())
     return mesh
 

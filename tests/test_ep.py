@@ -7,9 +7,10 @@ rank by source rank, each in token order: the reference's rows for that expert, 
 the same aligned groups. So the routed experts compute the same products; what differs is summation
 order elsewhere: the loss is a mean of n means, the dense weights' gradients sum n·B sequences in one
 GEMM in the reference and n partial sums (FSDP2's reduce-scatter) here. Those are fp32 rounding
-differences (~1e-7 relative), which the next step carries on: rtol 1e-6 on the losses of two steps
-and 1e-5 on every gradient (relative norm of the difference), for bf16 and for ufp4 with
-round-to-nearest everywhere (sr=none); there, in step 1, the loss and the expert gradients are bit
+differences (~1e-7 relative), which the next step carries on (AdamW's first steps move every weight
+by about lr, whatever the gradient's size): rtol 1e-6 on the losses of two steps and 1e-4 on every
+gradient (relative norm of the difference), for bf16 and for ufp4 with round-to-nearest everywhere
+(sr=none); there, in step 1, the loss and the expert gradients are bit
 for bit the reference's (every 4-bit block, along D or along an expert's tokens, holds the same
 values). ufp4 as defined rounds the gradients stochastically, and the draws follow the buffers'
 shapes, which differ: the first loss (the forward rounds to nearest) is still exact, the first
@@ -99,21 +100,21 @@ def run_workers(tmp_path, n, ep, recipes):
     return torch.load(tmp_path / 'ep.pt', weights_only=True)
 
 
-def compare(got, want, recipe):
+def compare(got, want, recipe, same_groups):
     """Losses and gradients of STEPS steps (module docstring for the tolerances)."""
-    if recipe == 'ufp4':  # stochastic rounding: other draws; the forward of step 1 is round-to-nearest
+    if recipe == 'ufp4' or (recipe != 'bf16' and not same_groups):  # other draws or other 4-bit blocks
         assert got['loss'][0] == want['loss'][0]
         loss_rtol, grad_bound, grads = 1e-2, 0.5, got['grads'][:1]
     else:
-        loss_rtol, grad_bound, grads = 1e-6, 1e-5, got['grads']
-    np.testing.assert_allclose(got['loss'], want['loss'], rtol=loss_rtol)
+        loss_rtol, grad_bound, grads = 1e-6, 1e-4, got['grads']
+    np.testing.assert_allclose(got['loss'], want['loss'], rtol=loss_rtol, err_msg=recipe)
     for g, w in zip(grads, want['grads']):
         assert g.keys() == w.keys()
         for k in w:
             err = (g[k] - w[k]).norm() / w[k].norm()
             assert err <= grad_bound, (recipe, k, err.item())
     experts = [k for k in want['grads'][0] if '.experts.' in k]
-    if recipe == 'ufp4-rtne':  # the same rows in the same groups: the expert gradients of step 1 are exact
+    if recipe == 'ufp4-rtne' and same_groups:  # the same rows in the same groups: the expert gradients of step 1 are exact
         assert got['loss'][0] == want['loss'][0]
         assert all(torch.equal(got['grads'][0][k], want['grads'][0][k]) for k in experts)
         # global loads: the same bias updates (the routing of step 2 follows step 1's SR draws)
@@ -127,7 +128,7 @@ def check_against_one_process(tmp_path, n, ep):
     recipes = list(RECIPES)
     got = run_workers(tmp_path, n, ep, recipes)
     for recipe in recipes:
-        compare(got[recipe], run_steps(recipe, 1, n=n), recipe)
+        compare(got[recipe], run_steps(recipe, 1, n=n), recipe, same_groups=ep == n)
 
 
 def test_ep2_matches_one_process(tmp_path):
@@ -138,7 +139,9 @@ def test_ep2_matches_one_process(tmp_path):
 @pytest.mark.parametrize('ep', [2, 4])
 def test_4_ranks_match_one_process(tmp_path, ep):
     """4 ranks: ep = 4 (a rank whose experts get no tokens), and ep = 2, where FSDP2 also shards
-    every rank's experts over the 2 ranks that hold the same ones."""
+    every rank's experts over the 2 ranks that hold the same ones. There an expert's rows are split
+    between the 2 ep groups, each aligned on its own, so under ufp4 the wgrad's 4-bit blocks along
+    the tokens differ from one process's: the tolerances of stochastic rounding apply."""
     check_against_one_process(tmp_path, 4, ep)
 
 
