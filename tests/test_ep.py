@@ -156,13 +156,14 @@ def experts_of(state: dict) -> dict:
 
 
 def test_resume_across_ep_sizes(data_dir, tmp_path):
-    """moe-tiny, bf16, no clipping: 2 steps on 2 ranks with ep=2 (a sharded checkpoint of global expert
-    tensors), step 3 in one FSDP2 rank with ep=1 from it, then --export: the losses and the exported
+    """moe-tiny, bf16, no clipping: 2 steps on 2 ranks with ep=2 (and activation checkpointing: the
+    all-to-alls run again in the backward), a sharded checkpoint of global expert tensors; step 3 in one FSDP2 rank with ep=1 from it, then --export: the losses and the exported
     weights are one process's (grad_accum 2) to fp32 rounding (module docstring)."""
     one, hop = tmp_path / 'one', tmp_path / 'hop'
     common = ['--optim.grad_clip=0', '--train.max_steps=3']
     train.main(args(MOE_TINY, data_dir, one, '--data.grad_accum=2', *common))
-    stdout = torchrun(args(MOE_TINY, data_dir, hop, '--train.ep=2', '--train.stop_after=2', *common))
+    stdout = torchrun(args(MOE_TINY, data_dir, hop, '--train.ep=2', '--train.stop_after=2',
+                           '--train.activation_checkpointing=true', *common))
     assert '2 x cpu | fsdp (ep=2)' in stdout and side(hop)['step'] == 2
     train.main(args(MOE_TINY, data_dir, hop, '--train.parallel=fsdp', '--data.grad_accum=2', *common))
     assert side(hop)['step'] == 3 and side(hop)['world_size'] == 1
@@ -172,6 +173,26 @@ def test_resume_across_ep_sizes(data_dir, tmp_path):
     assert got.keys() == want.keys() and len(got) == 4  # w1, w2, w3 and the bias, each [E, ...]
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.full
+def test_resume_from_ep4(data_dir, tmp_path):
+    """One global batch of 4 micro-batches per step, passed between layouts: ep=4 on 4 ranks (steps
+    1-2) -> ep=2 on 4 ranks, experts also sharded over 2 (step 3) -> ep=1 on 2 ranks (step 4) -> one
+    process, ckpt.pt (step 5) -> ep=2 on 2 ranks from ckpt.pt (step 6): one process's losses."""
+    one, hop = tmp_path / 'one', tmp_path / 'hop'
+    common = ['--optim.grad_clip=0', '--train.max_steps=6', '--train.eval_interval=100']
+    train.main(args(MOE_TINY, data_dir, one, '--data.grad_accum=4', *common))
+    for n, ep, steps in ((4, 4, 2), (4, 2, 1), (2, 1, 1), (1, 1, 1), (2, 2, 1)):
+        argv = args(MOE_TINY, data_dir, hop, f'--train.stop_after={steps}', f'--data.grad_accum={4 // n}', *common)
+        if n == 1:
+            train.main(argv)
+            continue
+        stdout = torchrun(argv + [f'--train.ep={ep}'], n)
+        assert f'{n} x cpu | fsdp{f" (ep={ep})" if ep > 1 else ""} |' in stdout
+    assert 'resumed from ckpt.pt at step 5' in stdout
+    np.testing.assert_allclose(losses(hop), losses(one), rtol=1e-5)
+    assert len(losses(hop)) == 6
 
 
 # ----------------------------------------------------------------------------- errors, plan.py
