@@ -331,7 +331,8 @@ class MoE(nn.Module):
     def routed(self, x_TD, idx_TK):
         """Every token's outputs of its k experts [T, K, D], and the tokens per expert [E]."""
         rows_TK, offs_E, counts_E, M = dispatch(idx_TK, self.cfg.n_routed_experts, self.experts.block())
-        x_MD = x_TD.new_zeros(M, x_TD.shape[1]).index_copy(0, rows_TK.flatten(), x_TD.repeat_interleave(idx_TK.shape[1], 0))
+        x_TKD = x_TD.repeat_interleave(idx_TK.shape[1], 0)
+        x_MD = x_TD.new_zeros(M, x_TD.shape[1]).index_copy(0, rows_TK.flatten(), x_TKD)
         return self.experts(x_MD, offs_E)[rows_TK], counts_E
 
     def seq_aux_loss(self, idx_BSK, scores_BSE):

@@ -285,7 +285,8 @@ def expert_report(args, s: Setup, B: int, ac: bool, t_comm, t_comp, moes) -> flo
     local = sum(s.experts(b) for b in s.model.layers) / ep
     print(f'expert parallelism, ep={ep}: a GPU holds {m.n_routed_experts // ep} of the {m.n_routed_experts} '
           f'experts of each MoE layer ({local / 1e9:.2f}B parameters, {16 * local / n * ep / GB:.1f} GB of fp32 '
-          f'weights, gradients and AdamW states, sharded over the {n // ep} GPUs that hold the same experts)')
+          'weights, gradients and AdamW states, ' + (f'sharded over the {n // ep} GPUs that hold the same experts)'
+                                                      if n > ep else 'not sharded further)'))
     print(f'  token all-to-all per GPU and step: {gpu / GB:,.1f} GB out of the GPU, {node / GB:,.1f} GB of them '
           f'out of the node ({"6" if ac else "4"} passes of T k D bf16 per MoE layer; '
           f'ep {"<=" if ep <= g else ">"} {g} GPUs per node): {t_a2a:.2f} s, not overlapped')
@@ -339,14 +340,14 @@ def expert_verdict(args, s: Setup, B: int, ac: bool, t_comm, t_comp, t_a2a, moes
     """Why an expert-parallel step is not compute-bound, and what the unbuilt remedies would buy."""
     n, g, ep, k = args.world_size, args.gpus_per_node, s.ep, moes[0].cfg.top_k
     step = max(t_comm, t_comp) + t_a2a
-    why = [f'the all-to-all ({t_a2a:.2f} s) is not overlapped'] if t_a2a else []
+    why = [f'the all-to-all ({t_a2a:.2f} s) is not overlapped' + (
+        ' and alone exceeds compute (both grow with the tokens: a larger batch does not help)'
+        if t_a2a > t_comp else '')]
     if t_comm > t_comp:
         why.append(f'FSDP2 ({t_comm:.2f} s) exceeds compute: ' + (
             f'each GPU still gathers its 1/{ep} of the experts over {n // ep} GPUs on other nodes'
             if ep < n and n > g else 'the dense weights alone'))
-    if t_a2a > t_comp:
-        why.append('it alone exceeds compute (both grow with the tokens: a larger batch does not help)')
-    print(f'  communication-bound: a step takes ~{step:.1f} s, not ~{t_comp:.1f} s, because ' + ', '.join(why) + '.')
+    print(f'  communication-bound: a step takes ~{step:.1f} s, not ~{t_comp:.1f} s, because ' + '; '.join(why) + '.')
     nodes, t_limited = math.ceil(ep / g), t_a2a
     if nodes > 1:  # node-limited routing: a token's experts on at most m nodes, one copy per node
         m = min(4, nodes)
@@ -359,9 +360,11 @@ def expert_verdict(args, s: Setup, B: int, ac: bool, t_comm, t_comp, t_a2a, moes
     print(f'  overlapping the all-to-all with compute (not built: two halves of the micro-batch in flight) would '
           f'take the step to ~max(FSDP2, compute, all-to-all) = {max(t_comm, t_comp, t_a2a):.2f} s')
     x = b_max / B  # compute and all-to-all scale with the micro-batch, FSDP2 does not
-    print(f'  with overlap{" and node-limited routing" if nodes > 1 else ""}, at batch_size={b_max} (the largest that fits): ~max(FSDP2 {t_comm:.2f} s, compute '
-          f'{t_comp * x:.2f} s, all-to-all {t_limited * x:.2f} s) = {max(t_comm, t_comp * x, t_limited * x):.2f} s -> '
-          + ('compute-bound' if max(t_comm, t_limited * x) <= t_comp * x else 'still communication-bound'))
+    best = max(t_comm, t_comp * x, t_limited * x)
+    print(f'  with overlap{" and node-limited routing" if nodes > 1 else ""}, at batch_size={b_max} (the largest '
+          f'that fits): ~max(FSDP2 {t_comm:.2f} s, compute {t_comp * x:.2f} s, all-to-all {t_limited * x:.2f} s) '
+          f'= {best:.2f} s -> ' + ('compute-bound' if best <= t_comp * x else 'still communication-bound'))
+
 
 if __name__ == '__main__':
     main(sys.argv[1:])

@@ -114,7 +114,7 @@ def compare(got, want, recipe, same_groups):
             err = (g[k] - w[k]).norm() / w[k].norm()
             assert err <= grad_bound, (recipe, k, err.item())
     experts = [k for k in want['grads'][0] if '.experts.' in k]
-    if recipe == 'ufp4-rtne' and same_groups:  # the same rows in the same groups: the expert gradients of step 1 are exact
+    if recipe == 'ufp4-rtne' and same_groups:  # the same rows in the same groups: step 1's expert gradients exact
         assert got['loss'][0] == want['loss'][0]
         assert all(torch.equal(got['grads'][0][k], want['grads'][0][k]) for k in experts)
         # global loads: the same bias updates (the routing of step 2 follows step 1's SR draws)
@@ -157,8 +157,9 @@ def experts_of(state: dict) -> dict:
 
 def test_resume_across_ep_sizes(data_dir, tmp_path):
     """moe-tiny, bf16, no clipping: 2 steps on 2 ranks with ep=2 (and activation checkpointing: the
-    all-to-alls run again in the backward), a sharded checkpoint of global expert tensors; step 3 in one FSDP2 rank with ep=1 from it, then --export: the losses and the exported
-    weights are one process's (grad_accum 2) to fp32 rounding (module docstring)."""
+    all-to-alls run again in the backward), a sharded checkpoint of global expert tensors; step 3 in
+    one FSDP2 rank with ep=1 from it, then --export: the losses and the exported weights are one
+    process's (grad_accum 2) to fp32 rounding (module docstring)."""
     one, hop = tmp_path / 'one', tmp_path / 'hop'
     common = ['--optim.grad_clip=0', '--train.max_steps=3']
     train.main(args(MOE_TINY, data_dir, one, '--data.grad_accum=2', *common))
