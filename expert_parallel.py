@@ -5,9 +5,10 @@ Layout. The W ranks form a mesh (W/ep, ep): rank = d·ep + e. The ep ranks of a 
 ranks: one node when ep <= GPUs per node) hold all E experts between them, E/ep each: rank e holds
 experts [e·E/ep, (e+1)·E/ep). Each expert weight is a DTensor of its global shape [E, ...] placed
 Shard(0) over the "ep" dim, and FSDP2 shards every rank's [E/ep, ...] further over the "dp" dim (the
-W/ep ranks that hold the same experts), along dim 1 so that no expert is split across a gap of
-padding. Checkpoints (torch.distributed.checkpoint) see global tensors: they load at any ep and
-any world size, and --export writes them whole.
+W/ep ranks that hold the same experts) along dim 1 (F or D): dim 0 has only E/ep rows, which may be
+fewer than those ranks, and a second split of it would interleave the rows in checkpoints.
+Checkpoints (torch.distributed.checkpoint) see global tensors: they load at any ep and any world
+size, and --export writes them whole.
 
 One MoE layer on one rank (T tokens, k picks each, E experts, El = E/ep of them here):
   1. route as usual: ids [T, k] of global experts, combine weights [T, k]
