@@ -510,12 +510,15 @@ class _Parts(tuple):
 
 def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     """The GEMM operand of t: fake_quantize(t); t's dequantization if it is kept packed (QTensor); or
-    for _Parts, each part quantized on its own (its own e4m3 tensor scale, amax[i], and SR draws)
-    into its place in the joined operand (blocks never span parts: _joinable); one part is its own."""
+    for _Parts, the joined operand with every part quantized as it would be on its own. No block
+    spans two parts (_joinable), so without a tensor scale that is one call on the joined tensor
+    (SR's draws grouped otherwise); with e4m3 scales each part keeps its own tensor scale (amax[i])."""
     if isinstance(t, QTensor):
         return _dequantize(t, keep_rotated)
     if not isinstance(t, _Parts):
         return t if spec is None else fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
+    if spec is not None and spec.scale != "e4m3":  # one kernel launch instead of one a part
+        return fake_quantize(_joined(t, t.join), spec, dim, signs=signs, keep_rotated=keep_rotated)
     amax = amax or [None] * len(t)
     if spec is None or len(t) == 1 or not _use_kernels(t[0]):
         return _joined([_operand(p, spec, dim, signs, keep_rotated, a) for p, a in zip(t, amax)], t.join)

@@ -93,8 +93,8 @@ class TrainConfig:
     device: str = 'auto'  # auto (cuda if available) | cpu | cuda
     dtype: str = 'auto'  # autocast: auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32
     compile: bool = False
-    compile_mode: str = 'default'  # default | reduce-overhead (CUDA graphs: no per-kernel launch cost on
-                                   # the host, for small models and MoE; one process on a GPU)
+    compile_mode: str = 'auto'  # auto | default | reduce-overhead (CUDA graphs: no per-kernel launch cost
+                                # on the host; one process on a GPU). auto: CUDA graphs where they can run
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
     ep: int = 1  # expert parallelism (fsdp): routed experts split over this many ranks (expert_parallel.py)
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
@@ -156,7 +156,7 @@ class Config:
 CHOICES = {'train.device': ('auto', 'cpu', 'cuda'), 'train.dtype': ('auto', 'bfloat16', 'float32'),
            'train.resume': ('auto', 'true', 'false'), 'optim.schedule': ('cosine', 'wsd'),
            'train.parallel': ('auto', 'fsdp', 'ddp', 'none'), 'train.init': ('auto', 'full', 'sharded'),
-           'train.compile_mode': ('default', 'reduce-overhead'),
+           'train.compile_mode': ('auto', 'default', 'reduce-overhead'),
            'quant.backend': ('auto', 'torch', 'triton')}
 USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample | --export]'
 
@@ -228,7 +228,7 @@ def load_config(path: str, overrides: list[str]) -> Config:
 
 
 def run_info() -> dict:
-    """The git commit of this file's repository and the versions of the packages doing the work."""
+    """The git commit of this file's repository, the versions of the packages doing the work, the card."""
     try:
         commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent,
                                 capture_output=True, text=True, check=True).stdout.strip()
@@ -239,7 +239,8 @@ def run_info() -> dict:
         versions['triton'] = metadata.version('triton')
     except metadata.PackageNotFoundError:
         versions['triton'] = 'not installed'
-    return {'git_commit': commit, 'versions': versions}
+    card = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or 'cpu'
+    return {'git_commit': commit, 'versions': versions, 'card': card}  # card: the current device's name
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -321,8 +322,29 @@ def parallel_mode(c: TrainConfig, world: int) -> str:
         raise SystemExit(f'train.parallel=none is one process, but {world} were started; use fsdp or ddp')
     if c.compile and c.compile_mode == 'reduce-overhead' and mode != 'none':
         raise SystemExit(f'train.compile_mode=reduce-overhead (CUDA graphs) runs in one process, not under '
-                         f'{mode}; use train.compile_mode=default there')
+                         f'{mode}; use train.compile_mode=auto or default there')
     return mode
+
+
+def compile_mode(c: TrainConfig, mode: str, device) -> tuple:
+    """(torch.compile's mode or None for no compile, why). CUDA graphs replay a whole step's kernels
+    with one host call, so a small model's FP4 step (hundreds of quantize calls) no longer waits on the
+    host; they need one process on a GPU (collectives and FSDP2's hooks are not captured here)."""
+    if not c.compile:
+        if c.compile_mode == 'reduce-overhead':
+            raise SystemExit('train.compile_mode=reduce-overhead compiles the model: add --train.compile=true '
+                             '(or use train.compile_mode=auto)')
+        return None, 'train.compile=false'
+    if c.compile_mode == 'reduce-overhead' and device.type != 'cuda':
+        raise SystemExit(f'train.compile_mode=reduce-overhead captures CUDA graphs, and this run is on {device}; '
+                         'use train.compile_mode=auto or default')
+    if c.compile_mode != 'auto':
+        return c.compile_mode, f'train.compile_mode={c.compile_mode}'
+    if device.type != 'cuda':
+        return 'default', f'auto: no CUDA graphs on {device.type}'
+    if mode != 'none':
+        return 'default', f'auto: no CUDA graphs under {mode} (one process only)'
+    return 'reduce-overhead', 'auto: CUDA graphs, one process on a GPU'
 
 
 def sharded_init(model, c: TrainConfig, mode: str, device) -> bool:
@@ -496,6 +518,7 @@ def train(cfg: Config, rank: int, world: int, device):
     log = tqdm.write if rank == 0 else (lambda msg: None)
     c, o, run_dir = cfg.train, cfg.optim, Path(cfg.log.out_dir)
     mode, jsonl_path = parallel_mode(c, world), run_dir / 'log.jsonl'
+    cmode, why = compile_mode(c, mode, device)
     ckpt_path = run_dir / ('ckpt.pt' if mode == 'none' else 'ckpt.json')  # ckpt.json names the shards
     found = find_checkpoint(run_dir) if c.resume != 'false' else None
     if c.resume == 'true' and found is None:
@@ -523,8 +546,8 @@ def train(cfg: Config, rank: int, world: int, device):
     torch.manual_seed(c.seed + (rank if sharded and device.type == 'cpu' else 0))
     model, raw_model = parallelize(raw_model, cfg, mode, device, autocast_dtype == 'bfloat16', sharded)
     opt = make_optimizer(raw_model, o)
-    graphs = c.compile and c.compile_mode == 'reduce-overhead' and device.type == 'cuda'
-    forward = torch.compile(model, mode=c.compile_mode if graphs else None) if c.compile else model
+    graphs = cmode == 'reduce-overhead'
+    forward = torch.compile(model, mode=cmode) if cmode else model
 
     # resume; record what runs
     if found:
@@ -540,12 +563,13 @@ def train(cfg: Config, rank: int, world: int, device):
         (run_dir / 'config.json').write_text(json.dumps(info, indent=2, default=str) + '\n')
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
         f'{device} | {mode}{f" (ep={c.ep})" if c.ep > 1 else ""} | autocast {autocast_dtype} '
-        f'| compile {c.compile}{" (CUDA graphs)" if graphs else ""} '
+        f'| compile {cmode or "off"} ({why}) '
         f'| activation checkpointing {c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the '
         f'embedding) | {tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
 
     last, recent = min(c.max_steps, start + c.stop_after) if c.stop_after else c.max_steps, []
+    t_start = time.perf_counter()
     for step in tqdm(range(start, last), initial=start, total=c.max_steps, disable=rank != 0, dynamic_ncols=True):
         t0 = time.perf_counter()
         lr = lr_at(step, o, c.max_steps)
@@ -599,6 +623,7 @@ def train(cfg: Config, rank: int, world: int, device):
                 f'lr {lr:.2e} | gnorm {norm_v:.3f} | {rec["tok_s"]:,.0f} tok/s | mfu {100 * rec["mfu"]:.1f}% | '
                 f'mem {rec["mem_gb"]:.2f} GB')
             recent = []
+        rec['time_s'] = time.perf_counter() - t_start  # since this invocation's first step: eval and logging too
         if rank == 0:
             with open(jsonl_path, 'a') as f:
                 f.write(json.dumps(rec) + '\n')

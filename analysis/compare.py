@@ -1,17 +1,24 @@
-"""Compare training runs with a BF16 baseline: the paper's BF16-relative loss error.
+"""Compare training runs with BF16 runs of the same seed: signed loss differences, with 95 % intervals over seeds.
 
-    python -m analysis.compare runs/e2m1-s1 runs/ufp4-s1 runs/ufp4-s2 --baseline runs/bf16-s1 --last 1000
+    python -m analysis.compare runs/science/recipes-small/*/            # run directories
+    python -m analysis.compare bench/results/study/logs --pair ufp4,e2m1 --pair nvfp4,e2m1   # compact logs
+    python -m analysis.compare runs/pilot/logs/dense-small --power 0.1     # seeds needed for ±0.1 points
 
-For a run and its baseline, take the steps both logged; the window is the last N of them (steps >
-last common step − N). The metric is the mean over the window of |L − L_bf16| / L_bf16, comparing
-the two losses at the same step before averaging. It is computed for the training loss and, where
-both runs evaluated inside the window, for the validation loss. Runs are grouped by model and recipe
-(quant recipe plus overrides) and reported as mean ± std over seeds (std with ddof=1; one seed: "–").
-
-Baselines: with several --baseline runs, each run is compared with the baseline of the same model
-config and the same seed, or the only baseline of its model config; anything else is an error.
-A run directory is what train.py writes: log.jsonl (one record per step: step, loss, val_loss on
-evaluation steps) and config.json (the resolved config).
+Every run is read against the baseline run (recipe bf16, or --baseline-recipe) of the same seed,
+which saw the same initial weights and the same batches; a run of another seed, model, data, batch,
+step count or schedule is refused (analysis.runlog.check_pair). Per run, three numbers:
+  val     (V − V_bf16) / V_bf16, V the held-out loss at the final step (both runs evaluate there);
+  train   the mean over the last --window fraction of the steps (default 20 %) of (L − L_bf16) / L_bf16,
+          the two training losses taken at the same step;
+  |train| the mean of |L − L_bf16| / L_bf16 over the same steps (the paper's metric; it has a floor:
+          per-step noise alone makes it positive).
+The first two are signed: below zero, the recipe's loss is below bf16's. Runs are grouped by model
+and recipe (quant recipe plus overrides); each group gets the mean and the 95 % Student-t interval
+over its seeds. A pair A,B (default ufp4,e2m1 where both ran) gets the per-seed difference A − B of
+the val and train numbers, with its interval: below zero, A ends closer to (or further below) bf16.
+Inputs are run directories (log.jsonl + config.json) or compact logs (analysis.runlog), or
+directories of compact logs. --power H adds the study design's step: from the seed spread of the
+runs given (2-3 pilot seeds), the number of seeds whose interval is ±H points (analysis.stats).
 """
 import argparse
 import json
@@ -20,144 +27,201 @@ from pathlib import Path
 import numpy as np
 
 from analysis import OUT, md_table, pyplot
+from analysis.runlog import check_pair, expand, load
+from analysis.stats import fmt_ci, mean_ci, seeds_needed
+
+METRICS = ("val", "train", "abs_train")
 
 
-def read_run(run_dir) -> dict:
-    run_dir = Path(run_dir)
-    log, cfg_path = run_dir / "log.jsonl", run_dir / "config.json"
-    if not log.is_file() or not cfg_path.is_file():
-        raise SystemExit(f"{run_dir} is not a train.py run directory (needs log.jsonl and config.json)")
-    recs = {}
-    for n, line in enumerate(log.read_text().splitlines(), 1):
-        rec = json.loads(line)
-        if "step" not in rec or "loss" not in rec:
-            raise SystemExit(f"{log}:{n}: a record without 'step' and 'loss': {line[:100]}")
-        recs[rec["step"]] = rec  # a step logged twice: the later record wins
-    if not recs:
-        raise SystemExit(f"{log} is empty: the run has not logged a step yet")
-    cfg = json.loads(cfg_path.read_text())["config"]
-    steps = np.array(sorted(recs))
-    val = [s for s in steps if recs[s].get("val_loss") is not None]
-    q, m = cfg["quant"], cfg["model"]
-    return {"dir": str(run_dir), "seed": cfg["train"]["seed"],
-            "recipe": q["recipe"] + "".join(f" {k}={v}" for k, v in sorted(q["overrides"].items())),
-            "model": m["preset"] + "".join(f" {k}={v}" for k, v in sorted(m["overrides"].items())),
-            "steps": steps, "loss": np.array([recs[s]["loss"] for s in steps], dtype=float),
-            "val_steps": np.array(val, dtype=int),
-            "val_loss": np.array([recs[s]["val_loss"] for s in val], dtype=float)}
+def window_steps(common, max_step: int, window: float):
+    """The common steps in the last `window` fraction of the run: step > (1 − window) · max_step."""
+    return common > (1 - window) * max_step
 
 
-def relative_error(steps, loss, base_steps, base_loss, last: int, window_end=None):
-    """(mean |L − L_b| / L_b, mean L, n) over the common steps > window_end − last (window_end:
-    the last common step by default). n = 0 (and NaNs) when no common step falls in the window."""
-    common, ia, ib = np.intersect1d(steps, base_steps, return_indices=True)
-    end = common.max() if window_end is None and common.size else window_end
-    keep = common > end - last if common.size else np.zeros(0, bool)
+def paired_metrics(run: dict, base: dict, window: float) -> dict:
+    """The val, train and |train| numbers of a run against its baseline (see the module doc)."""
+    check_pair(run, base)
+    last = {r["dir"]: int(r["steps"].max()) for r in (run, base)}
+    for r in (run, base):
+        if last[r["dir"]] != r["max_steps"] or (r["val_steps"].size == 0 or r["val_steps"][-1] != r["max_steps"]):
+            raise SystemExit(f"{r['dir']} logged {last[r['dir']]} of {r['max_steps']} steps, or did not evaluate at "
+                             "the last one: compare finished runs (train.py evaluates at max_steps)")
+    v_run, v_base = run["val_loss"][-1], base["val_loss"][-1]
+    common, ia, ib = np.intersect1d(run["steps"], base["steps"], return_indices=True)
+    keep = window_steps(common, run["max_steps"], window)
     if not keep.any():
-        return float("nan"), float("nan"), 0
-    a, b = loss[ia][keep], base_loss[ib][keep]
-    return float(np.mean(np.abs(a - b) / b)), float(np.mean(a)), int(keep.sum())
+        raise SystemExit(f"{run['dir']}: no step in the last {window:.0%} of the run is logged by both runs")
+    rel = (run["loss"][ia][keep] - base["loss"][ib][keep]) / base["loss"][ib][keep]
+    return {"dir": run["dir"], "baseline": base["dir"], "model": run["model"], "recipe": run["recipe"],
+            "seed": run["seed"], "val_step": int(run["max_steps"]), "val": float((v_run - v_base) / v_base),
+            "train": float(rel.mean()), "abs_train": float(np.abs(rel).mean()), "n_steps": int(keep.sum()),
+            "val_loss": float(v_run), "tok_s": run["tok_s"], "card": run["card"], "commit": run["commit"]}
 
 
-def pick_baseline(run, baselines) -> dict:
-    same_model = [b for b in baselines if b["model"] == run["model"]]
-    same_seed = [b for b in same_model if b["seed"] == run["seed"]]
-    if len(same_model) == 1 or len(same_seed) == 1:
-        return same_model[0] if len(same_model) == 1 else same_seed[0]
-    raise SystemExit(f"{run['dir']}: found {len(same_model)} baselines with model [{run['model']}] and "
-                     f"{len(same_seed)} of those with seed {run['seed']}; pass exactly one matching --baseline")
+def pick_baseline(run: dict, baselines: list) -> dict:
+    """The baseline of the run's model and seed; none or several is an error."""
+    same = [b for b in baselines if b["model"] == run["model"] and b["seed"] == run["seed"]]
+    if len(same) != 1:
+        seeds = sorted({b["seed"] for b in baselines if b["model"] == run["model"]})
+        raise SystemExit(f"{run['dir']}: {len(same)} baseline runs with model [{run['model']}] and seed {run['seed']} "
+                         f"(baseline seeds of that model: {seeds}); give exactly one bf16 run per seed")
+    return same[0]
 
 
-def compare(runs, baselines, last: int) -> list:
-    """One row per run (a run that is its own baseline is skipped)."""
-    rows = []
-    for run in runs:
-        base = pick_baseline(run, baselines)
-        if Path(base["dir"]).resolve() == Path(run["dir"]).resolve():
-            continue
-        err, mean_loss, n = relative_error(run["steps"], run["loss"], base["steps"], base["loss"], last)
-        end = np.intersect1d(run["steps"], base["steps"]).max()
-        verr, _, vn = relative_error(run["val_steps"], run["val_loss"], base["val_steps"], base["val_loss"], last, end)
-        rows.append({"dir": run["dir"], "baseline": base["dir"], "model": run["model"], "recipe": run["recipe"],
-                     "seed": run["seed"], "train_rel_err": err, "val_rel_err": verr, "mean_loss": mean_loss,
-                     "n_steps": n, "n_val": vn, "last_step": int(end)})
-    return rows
+def compare(runs: list, baseline_recipe: str, window: float) -> list:
+    """One row per non-baseline run."""
+    baselines = [r for r in runs if r["recipe"] == baseline_recipe]
+    if not baselines:
+        raise SystemExit(f"no run of recipe {baseline_recipe!r} among the inputs: the baselines are read from "
+                         "them (or pass --baseline-recipe)")
+    return [paired_metrics(r, pick_baseline(r, baselines), window) for r in runs if r["recipe"] != baseline_recipe]
 
 
-def mean_std(values, scale=1.0) -> str:
-    v = np.array([x for x in values if np.isfinite(x)]) * scale
-    if not v.size:
-        return "–"
-    return f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" if v.size > 1 else f"{v.mean():.4f} ± –"
-
-
-def group_table(rows) -> str:
-    groups = {}
+def groups(rows: list) -> dict:
+    """(model, recipe) -> {metric: mean_ci over seeds, 'seeds': [...]}."""
+    out = {}
     for r in rows:
-        groups.setdefault((r["model"], r["recipe"]), []).append(r)
-    table = [[model, recipe, len(g), mean_std([r["train_rel_err"] for r in g], 100),
-              mean_std([r["val_rel_err"] for r in g], 100), mean_std([r["mean_loss"] for r in g]),
-              min(r["n_steps"] for r in g)] for (model, recipe), g in groups.items()]
-    return md_table(["model", "recipe", "seeds", "train |L−L_bf16|/L_bf16 (%)", "val rel. err (%)",
-                     "mean train loss", "steps in window"], table)
+        out.setdefault((r["model"], r["recipe"]), []).append(r)
+    return {k: {"seeds": sorted(r["seed"] for r in g), "tok_s": float(np.median([r["tok_s"] for r in g])),
+                **{m: mean_ci([r[m] for r in g]) for m in METRICS}} for k, g in out.items()}
 
 
-def moving_average(v, w: int):
-    return np.convolve(v, np.ones(w) / w, mode="valid")
+def pair(rows: list, model: str, a: str, b: str) -> dict:
+    """The per-seed differences a − b of the val and train numbers, over the seeds both ran."""
+    by = {name: {r["seed"]: r for r in rows if r["model"] == model and r["recipe"] == name} for name in (a, b)}
+    seeds = sorted(set(by[a]) & set(by[b]))
+    if not seeds:
+        raise SystemExit(f"--pair {a},{b}: no seed of model [{model}] ran both recipes "
+                         f"({a}: {sorted(by[a])}, {b}: {sorted(by[b])})")
+    return {"model": model, "a": a, "b": b, "seeds": seeds,
+            "unpaired": sorted(set(by[a]) ^ set(by[b])),
+            **{m: mean_ci([by[a][s][m] - by[b][s][m] for s in seeds]) for m in ("val", "train")}}
 
 
-def plot(out: Path, runs, baselines):
+def pct(ci: dict) -> str:
+    return fmt_ci({**ci, "mean": 100 * ci["mean"], "half": 100 * ci["half"]})
+
+
+def report(rows: list, pairs: list, window: float) -> str:
+    g = groups(rows)
+    table = [[model, recipe, len(v["seeds"]), pct(v["val"]), pct(v["train"]), pct(v["abs_train"]), f"{v['tok_s']:,.0f}"]
+             for (model, recipe), v in sorted(g.items())]
+    w = f"last {window:.0%} of steps"
+    text = ("## Loss against bf16 of the same seed (%; mean ± 95 % t interval over seeds)\n\n"
+            + md_table(["model", "recipe", "seeds", "val: final held-out loss, (V − V_bf16)/V_bf16",
+                        f"train: mean (L − L_bf16)/L_bf16, {w}", f"paper: mean |L − L_bf16|/L_bf16, {w}",
+                        "tokens/s (median)"], table))
+    if pairs:
+        text += ("\n\n## Paired differences A − B over seeds (percentage points; < 0: A's loss is lower)\n\n"
+                 + md_table(["model", "A − B", "seeds", "val", "train", "unpaired seeds"],
+                            [[p["model"], f"{p['a']} − {p['b']}", len(p["seeds"]), pct(p["val"]), pct(p["train"]),
+                              ", ".join(map(str, p["unpaired"])) or "–"] for p in pairs]))
+    per_run = md_table(["run", "baseline", "seed", "val (%)", "train (%)", "|train| (%)", "final val loss", "card"],
+                       [[r["dir"], r["baseline"], r["seed"], 100 * r["val"], 100 * r["train"], 100 * r["abs_train"],
+                         r["val_loss"], r["card"]] for r in rows])
+    return text + f"\n\n### Per run\n\n{per_run}"
+
+
+def power(rows: list, pairs: list, half: float) -> str:
+    """How many seeds give a 95 % interval of ±half percentage points, from the seed spread of the
+    runs at hand (pilot seeds): per recipe against bf16 and per pair, for the val and train numbers."""
+    def need(ci):
+        return "–" if ci["n"] < 2 else seeds_needed(100 * ci["sd"], half)
+
+    def sd(ci):
+        return "–" if ci["n"] < 2 else f"{100 * ci['sd']:.3f}"
+    table = [[model, recipe, v["val"]["n"], sd(v["val"]), need(v["val"]), sd(v["train"]), need(v["train"])]
+             for (model, recipe), v in sorted(groups(rows).items())]
+    table += [[p["model"], f"{p['a']} − {p['b']}", p["val"]["n"], sd(p["val"]), need(p["val"]), sd(p["train"]),
+               need(p["train"])] for p in pairs]
+    return (f"## Power: seeds for ±{half:g} points (95 % t interval), from the seed spread of these runs\n\n"
+            + md_table(["model", "recipe or pair", "pilot seeds", "val sd (points)",
+                        f"seeds for ±{half:g} points (val)", "train sd (points)",
+                        f"seeds for ±{half:g} points (train)"], table))
+
+
+def plot(out: Path, runs: list, baseline_recipe: str, window: float):
+    """Per recipe: the mean signed difference (L − L_bf16)/L_bf16 over seeds along the steps (moving
+    average), with its 95 % band; the last-window boundary dashed."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5))
-    base_dirs = {Path(b["dir"]).resolve() for b in baselines}
-    extra = [b for b in baselines if all(Path(r["dir"]).resolve() != Path(b["dir"]).resolve() for r in runs)]
-    for k, run in enumerate(runs + extra):
-        is_base = Path(run["dir"]).resolve() in base_dirs
-        color, label = ("k" if is_base else f"C{k % 10}"), Path(run["dir"]).name
-        w = max(1, len(run["loss"]) // 50)
-        axes[0].plot(run["steps"][w - 1:], moving_average(run["loss"], w), color=color, lw=1,
-                     label=label + (" (baseline)" if is_base else ""))
-        axes[0].plot(run["val_steps"], run["val_loss"], "o", color=color, ms=3)
-        if is_base:
-            continue
-        base = pick_baseline(run, baselines)
-        common, ia, ib = np.intersect1d(run["steps"], base["steps"], return_indices=True)
-        rel = np.abs(run["loss"][ia] - base["loss"][ib]) / base["loss"][ib]
-        w = max(1, min(w, len(rel)))
-        axes[1].plot(common[w - 1:], 100 * moving_average(rel, w), color=color, label=label)
-    axes[0].set(xlabel="step", ylabel="loss", yscale="log", title="training loss (moving average), val loss (dots)")
-    axes[1].set(xlabel="step", ylabel="%", title="|L − L_bf16| / L_bf16, step-aligned (moving average)")
-    for ax in axes:
+    models = sorted({r["model"] for r in runs})
+    fig, axes = plt.subplots(1, len(models), figsize=(7 * len(models), 5), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in runs if r["model"] == model]
+        base = {r["seed"]: r for r in mine if r["recipe"] == baseline_recipe}
+        for k, recipe in enumerate(sorted({r["recipe"] for r in mine} - {baseline_recipe})):
+            curves = []
+            for r in (r for r in mine if r["recipe"] == recipe and r["seed"] in base):
+                b = base[r["seed"]]
+                common, ia, ib = np.intersect1d(r["steps"], b["steps"], return_indices=True)
+                rel = (r["loss"][ia] - b["loss"][ib]) / b["loss"][ib]
+                w = max(1, len(rel) // 25)
+                curves.append((common[w - 1:], np.convolve(rel, np.ones(w) / w, mode="valid")))
+            if not curves:
+                continue
+            n = min(len(c[1]) for c in curves)
+            steps, ys = curves[0][0][:n], np.stack([c[1][:n] for c in curves]) * 100
+            ci = [mean_ci(col) for col in ys.T]
+            mean = np.array([c["mean"] for c in ci])
+            ax.plot(steps, mean, color=f"C{k % 10}", label=f"{recipe} (n={len(curves)})")
+            if len(curves) > 1:
+                half = np.array([c["half"] for c in ci])
+                ax.fill_between(steps, mean - half, mean + half, color=f"C{k % 10}", alpha=0.2)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.axvline((1 - window) * max(r["max_steps"] for r in mine), color="k", ls="--", lw=0.8)
+        ax.set(xlabel="step", ylabel="(L − L_bf16) / L_bf16 (%)", title=f"{model}: mean over seeds, 95 % band")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "compare.png", dpi=120)
     plt.close(fig)
 
 
+def parse_pairs(items, rows) -> list:
+    """The --pair A,B items for every model that ran both (default: ufp4,e2m1 where both ran)."""
+    recipes = {(r["model"], r["recipe"]) for r in rows}
+    models = sorted({m for m, _ in recipes})
+    if not items:
+        return [pair(rows, m, "ufp4", "e2m1") for m in models if {(m, "ufp4"), (m, "e2m1")} <= recipes]
+    out = []
+    for item in items:
+        a, comma, b = item.partition(",")
+        if not comma or not a or not b:
+            raise SystemExit(f"--pair {item!r}: expected two recipe labels A,B, e.g. --pair ufp4,e2m1")
+        both = [m for m in models if {(m, a), (m, b)} <= recipes]
+        if not both:
+            raise SystemExit(f"--pair {item}: no model ran both {a!r} and {b!r}; recipes: "
+                             f"{', '.join(sorted({r for _, r in recipes}))}")
+        out += [pair(rows, m, a, b) for m in both]
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
-    p.add_argument("runs", nargs="+", help="run directories (train.py --log.out_dir)")
-    p.add_argument("--baseline", nargs="+", required=True, help="the BF16 run(s)")
-    p.add_argument("--last", type=int, default=1000, help="average over the last N common steps")
+    p.add_argument("runs", nargs="+", help="run directories, compact logs, or directories of compact logs")
+    p.add_argument("--baseline-recipe", default="bf16", help="the recipe label of the baseline runs")
+    p.add_argument("--window", type=float, default=0.2, help="fraction of the steps (at the end) for train")
+    p.add_argument("--pair", action="append", default=[], metavar="A,B",
+                   help="paired difference A − B over seeds (repeatable; default ufp4,e2m1 where both ran)")
+    p.add_argument("--power", type=float, default=None, metavar="HALF",
+                   help="also print how many seeds give a 95 %% interval of ±HALF percentage points")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)
-    if args.last < 1:
-        raise SystemExit(f"--last must be a positive number of steps, got {args.last}")
-    runs, baselines = [read_run(d) for d in args.runs], [read_run(d) for d in args.baseline]
-    rows = compare(runs, baselines, args.last)
-    per_run = md_table(["run", "baseline", "seed", "train rel. err (%)", "val rel. err (%)", "mean loss", "steps"],
-                       [[r["dir"], r["baseline"], r["seed"], 100 * r["train_rel_err"], 100 * r["val_rel_err"],
-                         r["mean_loss"], r["n_steps"]] for r in rows])
-    text = (f"## BF16-relative loss error over the last {args.last} common steps\n\n{group_table(rows)}\n\n"
-            f"### Per run\n\n{per_run}")
+    if args.power is not None and args.power <= 0:
+        raise SystemExit(f"--power is a half-width in percentage points (> 0), got {args.power}")
+    if not 0 < args.window <= 1:
+        raise SystemExit(f"--window is a fraction of the steps in (0, 1], got {args.window}")
+    runs = [load(path) for path in expand(args.runs)]
+    rows = compare(runs, args.baseline_recipe, args.window)
+    pairs = parse_pairs(args.pair, rows)
+    text = report(rows, pairs, args.window) + (f"\n\n{power(rows, pairs, args.power)}" if args.power else "")
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compare.md").write_text(text + "\n")
-    (args.out / "compare.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.out / "compare.json").write_text(json.dumps({"runs": rows, "pairs": pairs}, indent=1) + "\n")
     if not args.no_plots:
-        plot(args.out, runs, baselines)
-    return rows
+        plot(args.out, runs, args.baseline_recipe, args.window)
+    return rows, pairs
 
 
 if __name__ == "__main__":

@@ -18,6 +18,15 @@ Studies (STUDIES) fix the model config, the step budget and a list of runs: a re
 overrides (the ablations of RECIPES.md §8) and its seeds; every run of a study sees the same data
 and schedule, so analysis.compare reads them against the bf16 runs of the same seed.
 
+Every run of a seed starts from the same weights and sees the same batches, whatever its recipe.
+The paired studies of docs/STUDIES.md (dense-small, moe-small) train one pass over the training
+split (steps from data.dir/meta.json), evaluate on at least 1M tokens, keep no checkpoint but the
+first seed's bf16 run's snapshots (snap-<step>.pt, for analysis.gradients), and with --results
+write each finished run's compact log (analysis.runlog). --runs and --seeds pick a batch of them:
+
+    python -m analysis.sweep --study dense-small --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339 --out runs/study \
+        --results bench/results/study/logs --gpus 0 --jobs 4 --set data.dir=data/registry-mix
+
 Budget. A rung of N parameters (model.num_params(): every matmul weight, LM head included, input
 embedding excluded) trains on D = tokens_per_param × N tokens (Chinchilla's compute-optimal ratio
 is ~20), rounded up to whole steps; every recipe at a rung gets the same D, so the same compute
@@ -38,6 +47,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -48,6 +58,7 @@ import torch
 
 import quant
 import train
+from analysis import runlog
 from model import Transformer, get_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +111,28 @@ STUDIES = {
     "tiny-study": {"config": "configs/tiny.toml", "steps": 6, "runs": {
         "bf16": ("bf16", {}, ONE_SEED),
         "ufp4-sr-none": ("ufp4", {"quant.sr": "none"}, ONE_SEED)}},
+}
+
+# The studies of docs/STUDIES.md: one pass over the training split (epochs), an evaluation set of at
+# least eval_tokens tokens (the same windows for every run of a seed), `evals` evaluations; the bf16
+# runs of the first seed keep `snapshots` checkpoints along the way (analysis.gradients reads them),
+# the other runs keep none.
+FIVE_SEEDS, THREE_SEEDS = tuple(range(1337, 1342)), tuple(range(1337, 1340))
+RHT_ROWS = {"none": "none", "wgrad": "wgrad", "dgrad-wgrad": "dgrad,wgrad", "fprop-wgrad": "fprop,wgrad"}
+PAIRED = {"epochs": 1.0, "eval_tokens": 1_000_000, "evals": 4, "snapshots": 4}
+STUDIES |= {
+    "dense-small": PAIRED | {"config": "configs/small.toml", "runs": {
+        **{r: (r, {}, FIVE_SEEDS) for r in ("bf16", "e2m1", "ufp4")},
+        **{r: (r, {}, THREE_SEEDS) for r in ("nvfp4", "mxfp4", "ufp4-nv")},
+        **{f"ufp4-rht-{k}": ("ufp4", {"quant.rht": v}, THREE_SEEDS) for k, v in RHT_ROWS.items()},
+        "ufp4-sr-none": ("ufp4", {"quant.sr": "none"}, THREE_SEEDS),
+        **{f"ufp4-rht-{k}-sr-none": ("ufp4", {"quant.rht": v, "quant.sr": "none"}, THREE_SEEDS)
+           for k, v in RHT_ROWS.items()}}},
+    "moe-small": PAIRED | {"config": "configs/moe-small.toml", "runs": {
+        r: (r, {}, THREE_SEEDS) for r in ("bf16", "e2m1", "ufp4")}},
+    # CPU (tests): the same machinery on tiny
+    "tiny-paired": {"config": "configs/tiny.toml", "epochs": 0.02, "eval_tokens": 512, "evals": 2, "snapshots": 2,
+                    "runs": {"bf16": ("bf16", {}, (1, 2)), "ufp4": ("ufp4", {"quant.sr": "none"}, (1, 2))}},
 }
 
 
@@ -155,14 +188,48 @@ def plan(ladder: str, recipes, seeds, tokens_per_param: float, user: dict, nproc
     return runs
 
 
-def plan_study(study: str, seeds, user: dict, nproc: int, out: Path) -> list:
-    """Every run of a named study (seeds, if given, replace each run's own)."""
+def train_tokens(config: str, user: dict) -> int:
+    """Tokens in the training split of the run's data.dir (its meta.json)."""
+    data_dir = Path(train.load_config(config, as_args(user)).data.dir)
+    meta = data_dir / "meta.json"
+    if not meta.is_file():
+        raise SystemExit(f"a study of whole passes reads the corpus size from {meta}, which is missing; "
+                         "prepare the data (python data/prepare.py registry-mix) or --set data.dir=DIR")
+    return json.loads(meta.read_text())["train"]["tokens"]
+
+
+def paired_budget(spec: dict, config: str, user: dict, nproc: int) -> tuple:
+    """(overrides, steps) of a study of whole passes: steps for spec['epochs'] passes over the training
+    split, eval_batches for at least spec['eval_tokens'] evaluation tokens, spec['evals'] evaluations."""
+    cfg, tokens_per_step = train.load_config(config, as_args(user)), size_of(config, user)[0]
+    seq_len, tokens_per_step = tokens_per_step // (cfg.data.batch_size * cfg.data.grad_accum), tokens_per_step * nproc
+    steps = max(1, math.ceil(spec["epochs"] * train_tokens(config, user) / tokens_per_step))
+    eval_batches = math.ceil(spec["eval_tokens"] / (cfg.data.batch_size * seq_len * nproc))
+    return {"train.max_steps": steps, "optim.warmup_steps": max(1, round(0.05 * steps)),
+            "train.eval_interval": max(1, steps // spec["evals"]), "data.eval_batches": eval_batches,
+            "train.ckpt_interval": -1}, steps
+
+
+def plan_study(study: str, seeds, user: dict, nproc: int, out: Path, only=None) -> list:
+    """Every run of a named study (seeds, if given, replace each run's own; only: these run names)."""
     spec = STUDIES[study]
     config = str(ROOT / spec["config"])
+    unknown_runs = sorted(set(only or []) - set(spec["runs"]))
+    if unknown_runs:
+        raise SystemExit(f"--runs: {study} has no run {unknown_runs[0]!r}; valid: {', '.join(spec['runs'])}")
     tokens_per_step, n_params, fpt = size_of(config, user)
-    return [run_entry(config, study, out / f"{name}-s{seed}", recipe, seed, budget(spec["steps"]) | quant_kw | user,
-                      (tokens_per_step * nproc, n_params, fpt))
-            for name, (recipe, quant_kw, run_seeds) in spec["runs"].items() for seed in seeds or run_seeds]
+    base = paired_budget(spec, config, user, nproc)[0] if "epochs" in spec else budget(spec["steps"])
+    runs = []
+    for name, (recipe, quant_kw, run_seeds) in spec["runs"].items():
+        if only and name not in only:
+            continue
+        for k, seed in enumerate(seeds or run_seeds):
+            snap = spec.get("snapshots", 0) if recipe == "bf16" and not quant_kw and k == 0 else 0
+            extra = {"train.ckpt_interval": max(1, base["train.max_steps"] // snap)} if snap else {}
+            run = run_entry(config, study, out / f"{name}-s{seed}", recipe, seed, base | quant_kw | user | extra,
+                            (tokens_per_step * nproc, n_params, fpt))
+            runs.append(run | {"snapshots": bool(snap)})
+    return runs
 
 
 def finished(run: dict) -> bool:
@@ -170,6 +237,23 @@ def finished(run: dict) -> bool:
     if not log.is_file() or not log.read_text().strip():
         return False
     return json.loads(log.read_text().splitlines()[-1])["step"] >= run["steps"]
+
+
+SNAPSHOT_POLL_S = 2.0
+
+
+def snapshot(run_dir: Path, seen):
+    """Copy a new ckpt.pt (train.py replaces it whole at every train.ckpt_interval) to
+    snap-<step>.pt, so that checkpoints from along the run survive; returns its mtime."""
+    ckpt = run_dir / "ckpt.pt"
+    if not ckpt.is_file() or ckpt.stat().st_mtime_ns == seen:
+        return seen
+    mtime = ckpt.stat().st_mtime_ns
+    tmp = run_dir / "ckpt-copy.tmp"
+    shutil.copyfile(ckpt, tmp)  # an open file keeps its data even if train.py replaces ckpt.pt meanwhile
+    step = torch.load(tmp, map_location="cpu", mmap=True, weights_only=True)["step"]
+    os.replace(tmp, run_dir / f"snap-{step:07d}.pt")
+    return mtime
 
 
 def launch(run: dict, nproc: int, gpu=None):
@@ -182,24 +266,33 @@ def launch(run: dict, nproc: int, gpu=None):
     out_file = Path(run["dir"]) / "train.out"
     with open(out_file, "w") as f:
         env = os.environ | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
+        proc, seen = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env), None
+        while proc.poll() is None:
+            time.sleep(SNAPSHOT_POLL_S)
+            seen = snapshot(Path(run["dir"]), seen) if run.get("snapshots") else seen
+        if run.get("snapshots"):
+            snapshot(Path(run["dir"]), seen)
     if proc.returncode != 0:
         tail = "\n".join(out_file.read_text().splitlines()[-15:])
         raise SystemExit(f"run {run['name']} failed (exit {proc.returncode}); its output is in {out_file}:\n"
                          f"{tail}\ncommand: {' '.join(cmd)}")
 
 
-def report(k: int, n: int, run: dict, seconds: float):
+def report(k: int, n: int, run: dict, seconds: float, results=None):
+    """Print a finished run's last loss; write its compact log into results (a directory) if given."""
+    if results is not None:
+        runlog.pack(run["dir"], results)
     last = json.loads((Path(run["dir"]) / "log.jsonl").read_text().splitlines()[-1])
     print(f"[{k}/{n}] {run['name']}: loss {last['loss']:.4f} val {last.get('val_loss', float('nan')):.4f} "
           f"in {seconds:.0f}s", flush=True)
 
 
-def run_pool(runs: list, gpus: list, jobs: int, nproc: int):
-    """Run every run, `jobs` at a time on each GPU, longest (most compute) first; the first failure
-    stops new launches, lets the running ones finish, and is raised."""
+def run_pool(runs: list, gpus: list, jobs: int, nproc: int, results=None):
+    """Run every run, `jobs` at a time on each GPU, longest (most compute) first, then by seed (so that
+    whole seeds finish first); the first failure stops new launches, lets the running ones finish,
+    and is raised."""
     slots = [g for g in gpus for _ in range(jobs)]
-    queue = sorted(runs, key=lambda r: -r["compute"])
+    queue = sorted(runs, key=lambda r: (-r["compute"], r["seed"]))
     lock, errors, done = threading.Lock(), [], [0]
 
     def worker(gpu):
@@ -217,7 +310,7 @@ def run_pool(runs: list, gpus: list, jobs: int, nproc: int):
                 return
             with lock:
                 done[0] += 1
-                report(done[0], len(runs), run, time.time() - t0)
+                report(done[0], len(runs), run, time.time() - t0, results and results / run["rung"])
 
     threads = [threading.Thread(target=worker, args=(g,)) for g in slots]
     for t in threads:
@@ -254,12 +347,17 @@ def main(argv=None):
     p.add_argument("--out", type=Path, required=True, help="sweep directory (one subdirectory per run)")
     p.add_argument("--gpus", default=None, help="comma list of GPU indices to run on in parallel, e.g. 0,1")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time on each GPU of --gpus")
+    p.add_argument("--runs", default=None, help="comma list: only these runs of the study, e.g. bf16,e2m1,ufp4")
+    p.add_argument("--results", type=Path, default=None, help="write each finished run's compact log "
+                   "(analysis.runlog) to RESULTS/<study or rung>/<run>.jsonl.gz")
     p.add_argument("--dry-run", action="store_true", help="print the plan, train nothing")
     args = p.parse_args(argv)
     if args.tokens_per_param <= 0:
         raise SystemExit(f"--tokens-per-param must be positive, got {args.tokens_per_param}")
     if args.jobs < 1 or (args.jobs > 1 and args.gpus is None):
         raise SystemExit(f"--jobs {args.jobs}: needs --gpus and a value >= 1, e.g. --gpus 0 --jobs 4")
+    if args.runs and not args.study:
+        raise SystemExit("--runs picks runs of a --study; a ladder takes --rungs and --recipes")
     if args.gpus is not None and args.nproc > 1:
         raise SystemExit("--gpus runs one-GPU runs side by side; with --nproc > 1 leave --gpus out")
     recipes = args.recipes.split(",")
@@ -272,7 +370,8 @@ def main(argv=None):
             if name not in STUDIES:
                 raise SystemExit(f"--study: unknown study {name!r}; valid: {', '.join(STUDIES)}")
         runs = [r for name in args.study.split(",")
-                for r in plan_study(name, seeds, parse_set(args.set), args.nproc, args.out.resolve() / name)]
+                for r in plan_study(name, seeds, parse_set(args.set), args.nproc, args.out.resolve() / name,
+                                    args.runs.split(",") if args.runs else None)]
         manifest = {"study": args.study, "nproc": args.nproc, "runs": runs}
     else:
         runs = plan(args.ladder, recipes, seeds, args.tokens_per_param, parse_set(args.set), args.nproc,
@@ -286,19 +385,21 @@ def main(argv=None):
               f"C={r['compute']:.3e}")
     if args.dry_run:
         return runs
-    todo = []
+    todo, results = [], args.results and args.results.resolve()
     for k, r in enumerate(runs, 1):
         if finished(r):
             print(f"[{k}/{len(runs)}] {r['name']}: already finished")
+            if results is not None:
+                runlog.pack(r["dir"], results / r["rung"])
         else:
             todo.append(r)
     if args.gpus is not None:
-        run_pool(todo, [int(g) for g in args.gpus.split(",")], args.jobs, args.nproc)
+        run_pool(todo, [int(g) for g in args.gpus.split(",")], args.jobs, args.nproc, results)
         return runs
     for k, r in enumerate(todo, 1):
         t0 = time.time()
         launch(r, args.nproc)
-        report(k, len(todo), r, time.time() - t0)
+        report(k, len(todo), r, time.time() - t0, results and results / r["rung"])
     return runs
 
 

@@ -2,12 +2,16 @@
 
     python bench/train_bench.py --preset dense-1.5b --batch 8 --seq 2048 \
         --recipes bf16,ufp4,e2m1,nvfp4,mxfp4,ufp4-nv --baseline --out bench/results/train.json
+    python bench/train_bench.py --preset small --batch 16 --seq 1024 --compile full \
+        --compile-mode default,reduce-overhead       # small models: with and without CUDA graphs
 
 For each recipe a fresh model (fp32 master weights, bf16 autocast, fused AdamW; compiled per block
 with the LM head + loss compiled apart, or as a whole) runs `--warmup` steps, then `--steps` timed
 steps on random tokens. Printed per
-recipe: step time, ratio to the bf16 step measured in this run, tokens/s, MFU (model.flops_per_token
-over 989 TFLOP/s dense bf16) and peak memory. `--baseline` adds the NVFP4 recipe through the
+recipe (and compile mode): step time, ratio to the bf16 step of the same mode measured in this run,
+the host's time to issue a step (the loop's time before it waits for the GPU: close to the step time
+when the step is host-bound), tokens/s, MFU (model.flops_per_token over 989 TFLOP/s dense bf16) and
+peak memory. `--baseline` adds the NVFP4 recipe through the
 plain-PyTorch reference quantizer of quant.py (no Triton), eager and compiled: the fake-quant a
 user would write by hand, so the speed-up of the kernels is measured, not assumed.
 """
@@ -31,7 +35,7 @@ import quant  # noqa: E402
 PEAK_FLOPS = 989e12
 
 
-def run_one(args, recipe, backend="auto", compile_blocks=True):
+def run_one(args, recipe, backend="auto", compile_blocks=True, compile_mode=None):
     torch.manual_seed(0)
     quant.set_backend(backend)
     cfg = model_lib.get_config(args.preset, seq_len=args.seq)
@@ -41,7 +45,8 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     m.init_weights()
     r = quant.recipe_from_overrides(recipe, **args.quant) if recipe != "bf16" else quant.RECIPES["bf16"]
     moe.convert_experts(quant.convert(m, r), r)
-    mode = dict(mode=args.compile_mode) if args.compile_mode else {}
+    graphs = compile_mode == "reduce-overhead"
+    mode = dict(mode=compile_mode) if compile_mode and compile_mode != "default" else {}
     if compile_blocks and args.compile in ("block", "blocks"):
         for block in m.layers:
             block.compile(**mode)
@@ -54,7 +59,7 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     y = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
 
     def step():
-        if args.compile_mode == "reduce-overhead":  # a new step: the graphs' last outputs are done
+        if graphs:  # a new step: the graphs' last outputs are done
             torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast("cuda", torch.bfloat16):
             _, loss = m(x, y)
@@ -71,8 +76,10 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
     torch.cuda.reset_peak_memory_stats()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
+    t0 = time.perf_counter()
     for _ in range(args.steps):
         loss = step()
+    host_ms = (time.perf_counter() - t0) * 1e3 / args.steps  # the host's time to issue a step
     end.record()
     torch.cuda.synchronize()
     ms = start.elapsed_time(end) / args.steps
@@ -97,9 +104,9 @@ def run_one(args, recipe, backend="auto", compile_blocks=True):
         print(f"--- host profile: {recipe} ({backend}), 2 steps", flush=True)
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.host_profile)
     tokens = args.batch * args.seq
-    compiled = args.compile + (f" {args.compile_mode}" if args.compile_mode else "")
+    compiled = args.compile + (" graphs" if graphs else "")
     res = dict(recipe=recipe, backend=backend, compiled=compiled if compile_blocks else "none",
-               step_ms=ms, gpu_busy_ms=busy_ms, tok_s=tokens / ms * 1e3,
+               step_ms=ms, host_ms=host_ms, gpu_busy_ms=busy_ms, tok_s=tokens / ms * 1e3,
                mfu=m.flops_per_token(args.seq) * tokens / (ms * 1e-3) / PEAK_FLOPS,
                peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss.detach()),
                warmup_s=warm_s)
@@ -121,8 +128,9 @@ def main():
     ap.add_argument("--compile", default="block", choices=["block", "blocks", "full", "none"],
                     help="compile each transformer block and the LM head + loss apart (default), the blocks "
                          "only (head eager), the whole model, or nothing")
-    ap.add_argument("--compile-mode", default=None, choices=["reduce-overhead", "max-autotune-no-cudagraphs"],
-                    help="torch.compile's mode (reduce-overhead: CUDA graphs, no host launch cost)")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile's mode, or several comma-separated to run each recipe in each side by side: "
+                         "default | reduce-overhead (CUDA graphs, no host launch cost) | max-autotune-no-cudagraphs")
     ap.add_argument("--baseline", action="store_true", help="also time nvfp4 through the PyTorch reference")
     ap.add_argument("--quant", action="append", default=[], metavar="KEY=VALUE",
                     help="a quant override for every FP4 recipe (repeatable), e.g. pack_saved=true")
@@ -146,13 +154,17 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("train_bench.py needs a CUDA GPU")
     torch.backends.cuda.matmul.allow_tf32 = True
-    runs = [(r, "auto", True) for r in args.recipes.split(",")]
+    modes = args.compile_mode.split(",")
+    bad = [m for m in modes if m not in ("default", "reduce-overhead", "max-autotune-no-cudagraphs")]
+    if bad:
+        sys.exit(f"--compile-mode {bad[0]!r}: valid: default, reduce-overhead, max-autotune-no-cudagraphs")
+    runs = [(r, "auto", True, m) for m in modes for r in args.recipes.split(",")]
     if args.baseline:
-        runs += [("nvfp4", "torch", False), ("nvfp4", "torch", True)]
+        runs += [("nvfp4", "torch", False, None), ("nvfp4", "torch", True, modes[0])]
     results = []
-    for recipe, backend, comp in runs:
+    for recipe, backend, comp, cmode in runs:
         try:
-            res = run_one(args, recipe, backend, comp)
+            res = run_one(args, recipe, backend, comp, cmode)
         except Exception as e:  # report the failure, measure the other recipes
             print(f"FAILED {recipe} ({backend}): {type(e).__name__}: {e}", flush=True)
             gc.collect()
@@ -161,15 +173,19 @@ def main():
             continue
         results.append(res)
         print(json.dumps(res), flush=True)
-    base = next(r for r in results if r["recipe"] == "bf16")
-    hdr = f"{'recipe':<10} {'quantizer':<10} {'compiled':<8} {'step ms':>8} {'x bf16':>7} {'tok/s':>9} {'MFU':>6} {'peak GiB':>9}"
+    bases = {r["compiled"]: r for r in results if r["recipe"] == "bf16"}
+    hdr = (f"{'recipe':<10} {'quantizer':<10} {'compiled':<12} {'step ms':>8} {'x bf16':>7} {'host ms':>8} {'tok/s':>9} "
+           f"{'MFU':>6} {'peak GiB':>9}")
     print(f"\n{args.preset}, batch {args.batch} x {args.seq}, quant overrides {args.quant or 'none'}, "
           f"{torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}\n{hdr}")
     for r in results:
-        r["ratio_vs_bf16"] = r["step_ms"] / base["step_ms"]
-        print(f"{r['recipe']:<10} {'triton' if r['backend'] == 'auto' and r['recipe'] != 'bf16' else r['backend'] if r['recipe'] != 'bf16' else '-':<10} "
-              f"{r['compiled']:<8} {r['step_ms']:>8.1f} {r['ratio_vs_bf16']:>7.3f} {r['tok_s']:>9.0f} "
+        base = bases.get(r["compiled"]) or next(iter(bases.values()), None)  # (uncompiled: the first mode's)
+        r["ratio_vs_bf16"] = r["step_ms"] / base["step_ms"] if base else None
+        quantizer = "-" if r["recipe"] == "bf16" else "triton" if r["backend"] == "auto" else r["backend"]
+        ratio = f"{r['ratio_vs_bf16']:>7.3f}" if base else f"{'-':>7}"
+        print(f"{r['recipe']:<10} {quantizer:<10} {r['compiled']:<12} {r['step_ms']:>8.1f} {ratio} {r['host_ms']:>8.1f} "
+              f"{r['tok_s']:>9.0f} "
               f"{r['mfu'] * 100:>5.1f}% {r['peak_mem_gib']:>9.1f}")
     if args.out:
         meta = dict(preset=args.preset, batch=args.batch, seq=args.seq, quant_overrides=args.quant,

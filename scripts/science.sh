@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
-# The README's recipe comparisons on registry-mix, end to end: `small` dense under six recipes (two
-# seeds for bf16, ufp4, e2m1) and the RHT/SR ablation of ufp4, `moe-small` under bf16/ufp4/e2m1
-# (analysis.sweep's studies recipes-small and recipes-moe-small, eager, side by side on the GPUs),
-# then the operand study on the trained bf16 model and the BF16-relative loss errors with plots.
-#   scripts/science.sh [DATA_DIR] [OUT_DIR] [GPUS] [JOBS_PER_GPU]
-#   scripts/science.sh data/registry-mix runs/science 0,1 4
+# One batch of a recipe study (docs/STUDIES.md), end to end: the runs of a named study of
+# analysis.sweep, several side by side on each GPU, paired by seed, each leaving its compact log in
+# RESULTS/logs/<study>/; then the comparison with intervals and the power step (seeds needed for
+# ±0.1 points), the gradient study on the first bf16 run's checkpoints (dense study), and the
+# verdict table over every log in RESULTS/logs. Run directories (checkpoints) stay in OUT; a rerun
+# skips finished runs, so a study can be completed batch after batch.
+#   scripts/science.sh STUDY DATA_DIR OUT_DIR RESULTS_DIR [GPUS] [JOBS_PER_GPU] [analysis.sweep args ...]
+#   scripts/science.sh dense-small data/registry-mix runs/study bench/results/study 0 4 \
+#       --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339          # the pilot
 set -euo pipefail
 cd "$(dirname "$0")/.."
-data=${1:-data/registry-mix}; out=${2:-runs/science}; gpus=${3:-0}; jobs=${4:-4}
+if [ $# -lt 4 ]; then
+    echo "usage: scripts/science.sh STUDY DATA_DIR OUT_DIR RESULTS_DIR [GPUS] [JOBS_PER_GPU] [sweep args ...]" >&2
+    exit 2
+fi
+study=$1; data=$2; out=$3; results=$4; gpus=${5:-0}; jobs=${6:-4}
+shift $(( $# < 6 ? $# : 6 ))
 py=${PYTHON:-python}
 
-"$py" -m analysis.sweep --study recipes-moe-small,recipes-small --out "$out" --gpus "$gpus" --jobs "$jobs" \
-    --set data.dir="$data" --set train.compile=false
-"$py" -m analysis.analyze tensors --ckpt "$out/recipes-small/bf16-s1337/ckpt.pt" --out "$out/tensors"
-"$py" -m analysis.analyze chain --ckpt "$out/recipes-small/bf16-s1337/ckpt.pt" --out "$out/chain"
-"$py" -m analysis.compare "$out"/recipes-small/*/ --baseline "$out"/recipes-small/bf16-s*/ --last 100 \
-    --out "$out/compare-small"
-"$py" -m analysis.compare "$out"/recipes-moe-small/*/ --baseline "$out"/recipes-moe-small/bf16-s1337/ --last 100 \
-    --out "$out/compare-moe-small"
+"$py" -m analysis.sweep --study "$study" --out "$out" --results "$results/logs" --gpus "$gpus" --jobs "$jobs" \
+    --set data.dir="$data" "$@"
+"$py" -m analysis.compare "$results/logs/$study" --power 0.1 --out "$results/compare-$study"
+for snap in "$out/$study"/bf16-s*/snap-*.pt; do
+    [ -e "$snap" ] || continue
+    [ "$study" = dense-small ] || continue   # the gradient study reads the dense model
+    step=$(basename "$snap" .pt); step=${step#snap-}
+    "$py" -m analysis.gradients --ckpt "$snap" --batches 32 --draws 2 --batch 8 --out "$results/gradients-$step" \
+        --recipe ufp4 --recipe e2m1 --recipe nvfp4 --recipe mxfp4 --recipe ufp4-nv \
+        --recipe "ufp4 rht=none" --recipe "ufp4 sr=none"
+done
+last=$(ls -d "$results"/gradients-* 2>/dev/null | sort | tail -n 1 || true)
+tensors=bench/results/analysis/tensors_d256_registry-mix/tensors.json.gz
+"$py" -m analysis.verdict "$results/logs" --tensors "$tensors" ${last:+--gradients "$last/gradients.json"} \
+    --out "$results/verdict"

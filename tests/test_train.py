@@ -192,7 +192,7 @@ def test_bad_key_names_the_nearest(data_dir, tmp_path):
     assert 'train.max_steps expects int' in msg and "'ten'" in msg
     assert 'expects bool' in error_of(args(data_dir, tmp_path, '--train.compile=yes'))
     assert 'valid: auto, torch, triton' in error_of(args(data_dir, tmp_path, '--quant.backend=cuda'))
-    assert 'valid: default, reduce-overhead' in error_of(args(data_dir, tmp_path, '--train.compile_mode=max'))
+    assert 'valid: auto, default, reduce-overhead' in error_of(args(data_dir, tmp_path, '--train.compile_mode=max'))
     assert 'cannot read' in error_of(args(data_dir, tmp_path, 'max_steps=3'))
     assert 'no file' in error_of([str(tmp_path / 'nope.toml')])
     assert "unknown model preset 'tiney'" in error_of(args(data_dir, tmp_path, '--model.preset=tiney'))
@@ -205,6 +205,27 @@ def test_cuda_graphs_need_one_process():
     with pytest.raises(SystemExit, match='reduce-overhead.*one process'):
         train.parallel_mode(c, 1)
     assert train.parallel_mode(dataclasses.replace(c, parallel='none'), 1) == 'none'
+
+
+def test_compile_mode_auto_and_errors():
+    """auto takes CUDA graphs exactly where they can run (one process on a GPU) and says why; an
+    explicit reduce-overhead where they cannot is an error naming the reason, before any work."""
+    cuda, cpu = torch.device('cuda', 0), torch.device('cpu')
+    auto = train.TrainConfig(compile=True)
+    assert auto.compile_mode == 'auto'
+    assert train.compile_mode(auto, 'none', cuda) == ('reduce-overhead', 'auto: CUDA graphs, one process on a GPU')
+    mode, why = train.compile_mode(auto, 'fsdp', cuda)
+    assert mode == 'default' and 'fsdp' in why
+    mode, why = train.compile_mode(auto, 'none', cpu)
+    assert mode == 'default' and 'cpu' in why
+    assert train.compile_mode(dataclasses.replace(auto, compile=False), 'none', cuda)[0] is None
+    assert train.compile_mode(dataclasses.replace(auto, compile_mode='default'), 'none', cuda)[0] == 'default'
+    graphs = dataclasses.replace(auto, compile_mode='reduce-overhead')
+    assert train.compile_mode(graphs, 'none', cuda)[0] == 'reduce-overhead'
+    with pytest.raises(SystemExit, match='CUDA graphs.*cpu'):
+        train.compile_mode(graphs, 'none', cpu)
+    with pytest.raises(SystemExit, match='train.compile=true'):
+        train.compile_mode(dataclasses.replace(graphs, compile=False), 'none', cuda)
 
 
 def test_bad_config_file_key(data_dir, tmp_path):
