@@ -30,6 +30,8 @@ over W/ep ranks only, but their gradient sums the tokens of all W ranks, so thei
 set to W. The gradient norm sums the squares of every rank's local shards (the shards of both
 meshes partition the model) and reduces them once.
 
+Under torch.compile the dispatcher, experts included, runs eagerly (the rest of the block compiles).
+
 ep = 1 touches none of this: no mesh, no DTensor experts, moe.MoE.routed runs as in one process.
 """
 import math
@@ -87,6 +89,8 @@ class Dispatcher:
     def __init__(self, layer, group):
         self.layer, self.group, self.ep = layer, group, dist.get_world_size(group)
 
+    # eager under torch.compile: the splits are data (a host sync), and a graph would be traced per split
+    @torch.compiler.disable
     def __call__(self, x_TD, idx_TK):
         layer, ep = self.layer, self.ep
         E, (T, K), D = layer.cfg.n_routed_experts, idx_TK.shape, x_TD.shape[1]
