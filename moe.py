@@ -40,6 +40,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch.distributed.tensor import DTensor
+
 import quant
 import rht as rht_lib
 
@@ -245,12 +247,14 @@ class GroupedExperts(nn.Module):
         if F_ % self.block():
             raise ValueError(f"expert_hidden={F_} must be a multiple of {self.block()}, the block of recipe "
                              f"[{self.recipe.describe()}]: change expert_hidden or the block")
+        # under expert parallelism the weights are DTensors split along E: this rank's experts
+        w1, w2, w3 = (w.to_local() if isinstance(w, DTensor) else w for w in (self.w1_EFD, self.w2_EDF, self.w3_EFD))
         with torch.autocast(dev, enabled=False):
             lin = lambda a, w: grouped_linear(a, w, offs_E, self.recipe, self.rht_signs)
             # w1 and w3 as one [E, 2F, D] GEMM, so x is quantized once; F is a multiple of the block,
             # so no block of that weight or of its [M, 2F] output gradient spans w1 and w3
-            h1_MF, h3_MF = lin(x_MD.to(dtype), (self.w1_EFD.to(dtype), self.w3_EFD.to(dtype))).chunk(2, -1)
-            return lin(F.silu(h1_MF) * h3_MF, self.w2_EDF.to(dtype))
+            h1_MF, h3_MF = lin(x_MD.to(dtype), (w1.to(dtype), w3.to(dtype))).chunk(2, -1)
+            return lin(F.silu(h1_MF) * h3_MF, w2.to(dtype))
 
     def extra_repr(self):
         return f"{tuple(self.w1_EFD.shape)} (E, F, D), recipe=[{self.recipe.describe()}]"
@@ -274,6 +278,7 @@ class MoE(nn.Module):
         # CUDA graph too) only adds to it (train.py's DDP does not broadcast buffers)
         self.register_buffer("load_E", torch.zeros(m.n_routed_experts), persistent=False)
         self.aux_loss = None
+        self.dispatcher = None  # expert_parallel.Dispatcher under expert parallelism: replaces routed()
         self.init_weights()
 
     @torch.no_grad()
@@ -312,10 +317,8 @@ class MoE(nn.Module):
         m, (B, S, D) = self.cfg, x_BSD.shape
         x_TD = x_BSD.reshape(-1, D)
         idx_TK, w_TK, scores_TE = self.route(x_TD)
-        rows_TK, offs_E, counts_E, M = dispatch(idx_TK, m.n_routed_experts, self.experts.block())
-        x_MD = x_TD.new_zeros(M, D).index_copy(0, rows_TK.flatten(), x_TD.repeat_interleave(m.top_k, 0))
-        y_MD = self.experts(x_MD, offs_E)
-        y_TD = (y_MD[rows_TK].float() * w_TK.unsqueeze(-1)).sum(1).to(y_MD.dtype)
+        y_TKD, counts_E = (self.routed if self.dispatcher is None else self.dispatcher)(x_TD, idx_TK)
+        y_TD = (y_TKD.float() * w_TK.unsqueeze(-1)).sum(1).to(y_TKD.dtype)
         if self.shared is not None:
             y_TD = y_TD + self.shared(x_TD)
         self.aux_loss = None
@@ -324,6 +327,13 @@ class MoE(nn.Module):
             if m.seq_aux_loss_coef > 0:
                 self.aux_loss = self.seq_aux_loss(idx_TK.view(B, S, -1), scores_TE.view(B, S, -1))
         return y_TD.view(B, S, D)
+
+    def routed(self, x_TD, idx_TK):
+        """Every token's outputs of its k experts [T, K, D], and the tokens per expert [E]."""
+        rows_TK, offs_E, counts_E, M = dispatch(idx_TK, self.cfg.n_routed_experts, self.experts.block())
+        x_TKD = x_TD.repeat_interleave(idx_TK.shape[1], 0)
+        x_MD = x_TD.new_zeros(M, x_TD.shape[1]).index_copy(0, rows_TK.flatten(), x_TKD)
+        return self.experts(x_MD, offs_E)[rows_TK], counts_E
 
     def seq_aux_loss(self, idx_BSK, scores_BSE):
         """DeepSeek-V3's sequence-wise balance loss: coef · Σ_e f_e·P_e averaged over sequences, with

@@ -3,7 +3,7 @@ Plan a run before asking for GPUs: for a config and a world size, the parameters
 GPU needs under FSDP2 (train.py with train.parallel=fsdp) and the communication of one step.
 Nothing is allocated: the model is built on the meta device; the rest is the arithmetic below.
 
-    python plan.py configs/moe-124b.toml --world-size 64 [--section.key=value ...]
+    python plan.py configs/moe-124b.toml --world-size 64 [--ep 8] [--section.key=value ...]
         [--gpu-gb 141] [--reserve-gb 8] [--gpus-per-node 8] [--bw-intra 300] [--bw-inter 45] [--mfu 0.4]
 
 Memory of one GPU (GB = 1e9 bytes). P parameters, N GPUs; fully_shard splits every tensor along
@@ -47,6 +47,15 @@ Communication of one GPU per step (a ring moves (N-1)/N of the tensor through ev
   node (--bw-intra, GB/s per GPU), the network once the group spans nodes (--bw-inter); compute =
   training FLOPs (model.flops_per_token) / (--mfu x 989 TFLOP/s). FSDP2 overlaps the two, so a step
   takes about the larger; when communication is larger, the run is communication-bound.
+
+Expert parallelism (--ep, train.ep; expert_parallel.py): a GPU holds E/ep experts of every MoE layer,
+still sharded over the n/ep GPUs that hold the same ones, so their states stay 16 bytes x P/n, but a
+block gathers only its E/ep experts, over n/ep GPUs: (n/ep - 1)/(n/ep) of their bytes. In place of
+the rest, tokens move: per MoE layer and micro-step, T k rows of D activations (bf16) go out to the
+experts and come back, and their gradients likewise: 4 x T k D x a bytes (6 x with activation
+checkpointing, which runs the forward twice), of which (ep-1)/ep leave the GPU under balanced routing,
+(ep-g)/ep leave its node of g GPUs. The all-to-all sits between the router and the experts, so it is
+not overlapped: it adds to the step.
 """
 import argparse
 import math
@@ -55,6 +64,7 @@ from dataclasses import dataclass
 
 import torch
 
+import expert_parallel
 import moe
 import quant
 import train
@@ -76,24 +86,28 @@ class Setup:
     act_bytes: int       # 2: bf16 autocast (train.py on CUDA); 4: float32
     grad_accum: int
     reserve: float       # bytes
+    ep: int = 1          # expert-parallel degree
+
+    def experts(self, block) -> int:  # routed expert parameters of one block (0: dense)
+        return self.numel(block.ffn.experts.parameters()) if isinstance(block.ffn, moe.MoE) else 0
 
     def numel(self, params) -> int:
         return sum(p.numel() for p in params)
 
     @property
-    def blocks(self) -> list:  # one FSDP2 unit each
-        return [self.numel(b.parameters()) for b in self.model.layers]
+    def blocks(self) -> list:  # one FSDP2 unit each: what a GPU gathers (its E/ep experts)
+        return [self.numel(b.parameters()) - self.experts(b) * (self.ep - 1) // self.ep for b in self.model.layers]
 
     @property
     def root(self) -> int:  # the root unit: final norm and LM head (the embedding is a unit of its own)
         return self.numel(self.model.norm.parameters()) + self.numel(self.model.lm_head.parameters())
 
 
-def setup(cfg, reserve_gb: float) -> Setup:
+def setup(cfg, reserve_gb: float, ep: int = 1) -> Setup:
     mcfg, recipe = train.resolve(cfg)
     model = train.build_model(mcfg, recipe, torch.device('meta'))
     act_bytes = 4 if cfg.train.dtype == 'float32' else 2
-    return Setup(model, mcfg, recipe, act_bytes, cfg.data.grad_accum, reserve_gb * GB)
+    return Setup(model, mcfg, recipe, act_bytes, cfg.data.grad_accum, reserve_gb * GB, ep)
 
 
 def shard_numel(p, n: int) -> int:
@@ -156,20 +170,23 @@ def head_activations(mcfg, T: int, a: int, r: int = 4) -> int:
 def memory(s: Setup, B: int, ac: bool, n: int) -> dict:
     """Bytes per GPU by kind, for micro-batch B, activation checkpointing on or off, n GPUs."""
     T, a, params = B * s.mcfg.seq_len, s.act_bytes, list(s.model.parameters())
-    shard = sum(shard_numel(p, n) for p in params)
+    experts = {p for b in s.model.layers if s.experts(b) for p in b.ffn.experts.parameters()}
+    # under expert parallelism: E/ep experts, split along dim 1 over the n/ep GPUs that hold them
+    held = [(p.shape[0] // s.ep * shard_numel(p[0], n // s.ep), p.numel() // s.ep) if p in experts and s.ep > 1
+            else (shard_numel(p, n), p.numel()) for p in params]
     per_block = [sum(block_activations(s.mcfg, b.ffn, T, a, joins=joined(b), packed=packed_bytes(s.recipe),
                                        packed_experts=packed_bytes(s.recipe, True)).values())
                  for b in s.model.layers]
     return {
-        'weights (fp32 shard)': 4 * shard,
-        'gradients (fp32 shard)': 4 * shard,
-        'AdamW states (fp32 shards)': 8 * shard,
-        'unsharded gradients (grad_accum > 1)': 4 * s.numel(params) if s.grad_accum > 1 else 0,
+        'weights (fp32 shard)': 4 * sum(h[0] for h in held),
+        'gradients (fp32 shard)': 4 * sum(h[0] for h in held),
+        'AdamW states (fp32 shards)': 8 * sum(h[0] for h in held),
+        'unsharded gradients (grad_accum > 1)': 4 * sum(h[1] for h in held) if s.grad_accum > 1 else 0,
         'gathered weights, block gradients': (3 * a + 4) * max(s.blocks) + (2 * a + 4) * s.root,
         'activations kept': len(per_block) * 4 * T * s.mcfg.d_model if ac else sum(per_block),
         'LM head (kept + logits at their peak)': head_activations(s.mcfg, T, a) + (2 + 4) * T * s.mcfg.vocab_size,
         'working set (one block)': max(per_block),
-        'quantization scratch': 2 * 2 * max(p.numel() for p in params) if s.recipe.quantized() else 0,
+        'quantization scratch': 2 * 2 * max(h[1] for h in held) if s.recipe.quantized() else 0,
         'reserve': s.reserve,
     }
 
@@ -179,10 +196,26 @@ def total_gb(s: Setup, B: int, ac: bool, n: int) -> float:
 
 
 def communication(s: Setup, n: int) -> tuple:
-    """(all-gather bytes, reduce-scatter bytes) through one GPU per step."""
+    """(all-gather bytes, reduce-scatter bytes) through one GPU per step. Under expert parallelism
+    the E/ep experts of a GPU go round the n/ep GPUs that hold them, the rest round all n."""
     ring, emb = (n - 1) / n, s.numel(s.model.tok_emb.parameters())
-    gather = s.grad_accum * ring * (2 * s.act_bytes * sum(s.blocks) + s.act_bytes * s.root + 2 * 4 * emb)
-    return gather, ring * 4 * s.numel(s.model.parameters())
+    dp = n // s.ep
+    local = sum(s.experts(b) for b in s.model.layers) / s.ep  # this GPU's experts
+    dense, ring_dp = sum(s.blocks) - local, (dp - 1) / dp
+    gather = s.grad_accum * (ring * (2 * s.act_bytes * dense + s.act_bytes * s.root + 2 * 4 * emb)
+                             + ring_dp * 2 * s.act_bytes * local)
+    return gather, 4 * (ring * (s.numel(s.model.parameters()) - local * s.ep) + ring_dp * local)
+
+
+def all_to_all(s: Setup, B: int, ac: bool, g: int) -> tuple:
+    """(bytes that leave the GPU, bytes that leave its node) per step in the token all-to-alls of
+    expert parallelism, under balanced routing; g GPUs per node."""
+    moes = [b.ffn for b in s.model.layers if isinstance(b.ffn, moe.MoE)]
+    if s.ep == 1 or not moes:
+        return 0.0, 0.0
+    T, k = B * s.mcfg.seq_len * s.grad_accum, moes[0].cfg.top_k
+    rows = (6 if ac else 4) * T * k * s.mcfg.d_model * s.act_bytes * len(moes)
+    return rows * (s.ep - 1) / s.ep, rows * max(0, s.ep - g) / s.ep
 
 
 def main(argv=None):
@@ -190,6 +223,7 @@ def main(argv=None):
                                  usage='python plan.py CONFIG --world-size N [--section.key=value ...] [options]')
     ap.add_argument('config')
     ap.add_argument('--world-size', type=int, required=True, help='GPUs (FSDP2 ranks)')
+    ap.add_argument('--ep', type=int, default=1, help='expert-parallel degree (train.ep)')
     ap.add_argument('--gpu-gb', type=float, default=141.0, help='memory of one GPU, GB (H200: 141)')
     ap.add_argument('--reserve-gb', type=float, default=8.0, help='CUDA context, NCCL, fragmentation')
     ap.add_argument('--gpus-per-node', type=int, default=8)
@@ -205,7 +239,9 @@ def main(argv=None):
         if not (ok(getattr(args, flag)) and math.isfinite(getattr(args, flag))):
             ap.error(f"--{flag.replace('_', '-')}={getattr(args, flag)} is out of range; valid: {words}")
     cfg = train.load_config(args.config, overrides)
-    report(args, cfg, setup(cfg, args.reserve_gb))
+    s = setup(cfg, args.reserve_gb, args.ep)
+    expert_parallel.check(args.ep, args.world_size, s.mcfg, 'fsdp')
+    report(args, cfg, s)
 
 
 def report(args, cfg, s: Setup):
@@ -213,6 +249,7 @@ def report(args, cfg, s: Setup):
     B, ac, S, accum = cfg.data.batch_size, cfg.train.activation_checkpointing, s.mcfg.seq_len, cfg.data.grad_accum
     moes = [b.ffn for b in model.layers if isinstance(b.ffn, moe.MoE)]
     print(f'{cfg.model.preset} ({args.config}) on {n} GPUs of {cap:g} GB, FSDP2 (train.parallel=fsdp), '
+          + (f'expert parallelism ep={s.ep}, ' if s.ep > 1 else '') +
           f'recipe {cfg.quant.recipe}, activations {"fp32" if s.act_bytes == 4 else "bf16"}')
     print(f'parameters: {model.num_params(False) / 1e9:.3f}B total ({model.num_params() / 1e9:.3f}B without the '
           f'input embedding), {model.num_params(True, active=True) / 1e9:.3f}B active per token (without the '
@@ -245,10 +282,29 @@ def report(args, cfg, s: Setup):
           f'compute {flops:.3g} FLOP at {100 * args.mfu:.0f}% MFU: {t_comp:.2f} s -> '
           + (f'communication-bound, x{t_comm / t_comp:.1f}' if t_comm > t_comp else
              f'compute-bound (communication {100 * t_comm / t_comp:.0f}% of compute, overlapped)'))
-    verdict(args, cfg, s, t_comm, t_comp, moes, bw)
+    t_a2a = expert_report(args, s, B, ac, t_comm, t_comp, moes) if s.ep > 1 else 0.0
+    verdict(args, cfg, s, t_comm, t_comp, moes, bw, t_a2a)
 
 
-def verdict(args, cfg, s: Setup, t_comm, t_comp, moes, bw):
+def expert_report(args, s: Setup, B: int, ac: bool, t_comm, t_comp, moes) -> float:
+    """The expert-parallel part of the report; returns the all-to-all's time (not overlapped)."""
+    n, g, ep, m = args.world_size, args.gpus_per_node, s.ep, moes[0].cfg
+    gpu, node = all_to_all(s, B, ac, g)
+    t_a2a = (gpu - node) / (args.bw_intra * GB) + node / (args.bw_inter * GB)
+    local = sum(s.experts(b) for b in s.model.layers) / ep
+    print(f'expert parallelism, ep={ep}: a GPU holds {m.n_routed_experts // ep} of the {m.n_routed_experts} '
+          f'experts of each MoE layer ({local / 1e9:.2f}B parameters, {16 * local / n * ep / GB:.1f} GB of fp32 '
+          'weights, gradients and AdamW states, ' + (f'sharded over the {n // ep} GPUs that hold the same experts)'
+                                                      if n > ep else 'not sharded further)'))
+    print(f'  token all-to-all per GPU and step: {gpu / GB:,.1f} GB out of the GPU, {node / GB:,.1f} GB of them '
+          f'out of the node ({"6" if ac else "4"} passes of T k D bf16 per MoE layer; '
+          f'ep {"<=" if ep <= g else ">"} {g} GPUs per node): {t_a2a:.2f} s, not overlapped')
+    print(f'  step ~ max(FSDP2 {t_comm:.2f} s, compute {t_comp:.2f} s) + all-to-all {t_a2a:.2f} s = '
+          f'{max(t_comm, t_comp) + t_a2a:.2f} s')
+    return t_a2a
+
+
+def verdict(args, cfg, s: Setup, t_comm, t_comp, moes, bw, t_a2a=0.0):
     n, cap, B, ac = args.world_size, args.gpu_gb, cfg.data.batch_size, cfg.train.activation_checkpointing
     now = total_gb(s, B, ac, n)
     best = {on: max([b for b in BATCHES if total_gb(s, b, on, n) <= cap], default=0) for on in (False, True)}
@@ -269,22 +325,54 @@ def verdict(args, cfg, s: Setup, t_comm, t_comp, moes, bw):
     if s.grad_accum > 1:
         print('  grad_accum > 1 keeps unsharded fp32 gradients between micro-steps (above): for large models '
               'prefer grad_accum = 1 and a larger batch_size or more GPUs')
-    if t_comm > t_comp:
-        b = max(best.values())
+    b, step = max(best.values()), max(t_comm, t_comp) + t_a2a
+    if step > t_comp and s.ep > 1:
+        expert_verdict(args, s, B, ac, t_comm, t_comp, t_a2a, moes, b)
+    elif t_comm > t_comp:
         print(f'  communication-bound: a step takes ~{t_comm:.1f} s, not ~{t_comp:.1f} s. FSDP2 moves about 8 '
               'bytes per parameter through every GPU each step whatever the world size, so neither more GPUs nor '
               'grad_accum help; only more tokens per micro-step do' + (f' (batch_size={b}, the largest that fits: '
               f'still x{t_comm / (t_comp * b / B):.1f})' if b > B else '') + '.')
-    if moes:
+    if moes and s.ep == 1:
         experts = sum(f.experts.w1_EFD.numel() * 3 for f in moes)
         T, D = B * s.mcfg.seq_len * s.grad_accum, s.mcfg.d_model
         a2a = 4 * 2 * T * moes[0].cfg.top_k * D * len(moes)  # dispatch + combine, forward + backward, bf16
         print(f'  MoE: the routed experts ({experts / 1e9:.1f}B parameters, '
               f'{100 * experts / s.model.num_params(False):.0f}%) are sharded like dense weights: every GPU '
-              'gathers every expert and runs all of them on its own tokens. Expert parallelism (not implemented) '
-              f'would keep experts in place and move tokens instead: an all-to-all of ~{a2a / GB:,.0f} GB per GPU '
-              f'and step (T k D bf16, 4 times per MoE layer, {a2a / (bw * GB):.1f} s) in place of gathering and '
+              'gathers every expert and runs all of them on its own tokens. Expert parallelism (--ep, train.ep) '
+              f'keeps experts in place and moves tokens instead: an all-to-all of up to ~{a2a / GB:,.0f} GB per GPU '
+              f'and step (T k D bf16, 4 times per MoE layer) in place of gathering and '
               f'reduce-scattering {experts * 8 * (n - 1) / n / GB:,.0f} GB of expert weights and gradients.')
+
+
+def expert_verdict(args, s: Setup, B: int, ac: bool, t_comm, t_comp, t_a2a, moes, b_max: int):
+    """Why an expert-parallel step is not compute-bound, and what the unbuilt remedies would buy."""
+    n, g, ep, k = args.world_size, args.gpus_per_node, s.ep, moes[0].cfg.top_k
+    step = max(t_comm, t_comp) + t_a2a
+    why = [f'the all-to-all ({t_a2a:.2f} s) is not overlapped' + (
+        ' and alone exceeds compute (both grow with the tokens: a larger batch does not help)'
+        if t_a2a > t_comp else '')]
+    if t_comm > t_comp:
+        why.append(f'FSDP2 ({t_comm:.2f} s) exceeds compute: ' + (
+            f'each GPU still gathers its 1/{ep} of the experts over {n // ep} GPUs on other nodes'
+            if ep < n and n > g else 'the dense weights alone'))
+    print(f'  communication-bound: a step takes ~{step:.1f} s, not ~{t_comp:.1f} s, because ' + '; '.join(why) + '.')
+    nodes, t_limited = math.ceil(ep / g), t_a2a
+    if nodes > 1:  # node-limited routing: a token's experts on at most m nodes, one copy per node
+        m = min(4, nodes)
+        cut = k * (ep - g) / ep / (m * (nodes - 1) / nodes)
+        gpu, node = all_to_all(s, B, ac, g)
+        t_limited = (gpu - node) / (args.bw_intra * GB) + node / cut / (args.bw_inter * GB)
+        print(f"  node-limited routing (not built: each token's {k} experts on at most {m} of the {nodes} nodes of "
+              f'its ep group, one copy per node, fanned out inside) would cut the bytes leaving the node x{cut:.1f}: '
+              f'all-to-all ~{t_limited:.2f} s')
+    print(f'  overlapping the all-to-all with compute (not built: two halves of the micro-batch in flight) would '
+          f'take the step to ~max(FSDP2, compute, all-to-all) = {max(t_comm, t_comp, t_a2a):.2f} s')
+    x = b_max / B  # compute and all-to-all scale with the micro-batch, FSDP2 does not
+    best = max(t_comm, t_comp * x, t_limited * x)
+    print(f'  with overlap{" and node-limited routing" if nodes > 1 else ""}, at batch_size={b_max} (the largest '
+          f'that fits): ~max(FSDP2 {t_comm:.2f} s, compute {t_comp * x:.2f} s, all-to-all {t_limited * x:.2f} s) '
+          f'= {best:.2f} s -> ' + ('compute-bound' if best <= t_comp * x else 'still communication-bound'))
 
 
 if __name__ == '__main__':

@@ -64,6 +64,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+import expert_parallel
 import moe
 import quant
 import rundir
@@ -100,6 +101,7 @@ class TrainConfig:
     compile_mode: str = 'auto'  # auto | default | reduce-overhead (CUDA graphs: no per-kernel launch cost
                                 # on the host; one process on a GPU). auto: CUDA graphs where they can run
     parallel: str = 'auto'  # auto (fsdp under torchrun, else none) | fsdp | ddp | none
+    ep: int = 1  # expert parallelism (fsdp): routed experts split over this many ranks (expert_parallel.py)
     activation_checkpointing: bool = False  # keep only each block's input; recompute the rest
     init: str = 'auto'  # fsdp: full | sharded (each rank draws only its shards) | auto: see sharded_init
     eval_interval: int = 50
@@ -365,6 +367,8 @@ def parallelize(model, cfg: Config, mode: str, device, bf16: bool, sharded: bool
         # bf16 (their arithmetic stays fp32).
         low = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None,
                                    reduce_dtype=torch.float32, cast_forward_inputs=False)
+        if cfg.train.ep > 1:  # routed experts split over ep ranks, then sharded over the others
+            expert_parallel.shard_experts(model, cfg.train.ep, device.type, low)
         for block in model.layers:
             fully_shard(block, mesh=mesh, mp_policy=low)
         fully_shard(model.tok_emb, mesh=mesh, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
@@ -481,6 +485,7 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
         raise SystemExit(f'train.resume=true but there is no checkpoint in {run_dir}')
 
     mcfg, recipe = resolve(cfg)
+    expert_parallel.check(c.ep, world, mcfg, mode)
     seq_len, (autocast, autocast_dtype) = mcfg.seq_len, autocast_for(cfg, device)
     check_backend(cfg.quant.backend, device)
     quant.set_backend(cfg.quant.backend)
@@ -519,7 +524,8 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
                 'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
         rundir.open_run(run_dir, start, info, log)
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
-        f'{device} | {mode} | autocast {autocast_dtype} | compile {cmode or "off"} ({why}) '
+        f'{device} | {mode}{f" (ep={c.ep})" if c.ep > 1 else ""} | autocast {autocast_dtype} '
+        f'| compile {cmode or "off"} ({why}) '
         f'| activation checkpointing {c.activation_checkpointing} | {n_params / 1e6:.2f}M params (without the '
         f'embedding) | {tokens_per_step:,} tokens/step')
     log(f'recipe {cfg.quant.recipe} {cfg.quant.overrides or ""}: {recipe.describe()} | backend {cfg.quant.backend}')
@@ -552,7 +558,8 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
                 (loss / cfg.data.grad_accum).backward()
             loss_sum += loss.detach().float()
         quant.MONITOR = None
-        norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), o.grad_clip if o.grad_clip > 0 else math.inf)
+        clip = expert_parallel.clip_grad_norm_ if c.ep > 1 else torch.nn.utils.clip_grad_norm_  # two meshes
+        norm = clip(raw_model.parameters(), o.grad_clip if o.grad_clip > 0 else math.inf)
         norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
         dist.all_reduce(loss_sum)  # gradients are averaged already; the loss is, for the log
         loss_v, norm_v = loss_sum.item() / (cfg.data.grad_accum * world), norm.item()

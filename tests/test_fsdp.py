@@ -277,7 +277,7 @@ def test_plan_report(capsys):
     assert '124.761B total' in out and 'on 64 GPUs' in out
     assert 'does not fit as configured' in out
     assert 'with --train.activation_checkpointing=true: data.batch_size <= 16' in out
-    assert 'communication-bound' in out and 'Expert parallelism (not implemented)' in out
+    assert 'communication-bound' in out and 'Expert parallelism (--ep, train.ep)' in out
     plan.main([str(ROOT / 'configs' / 'moe-124b.toml'), '--world-size', '8'])
     assert 'does not fit on 8 GPUs' in capsys.readouterr().out
     plan.main([TINY, '--world-size', '1', '--data.batch_size=2', '--train.activation_checkpointing=true'])
