@@ -2,7 +2,7 @@
 
 The references are written here from the definitions, not from moe.py: a per-token loop over each
 token's chosen experts (routing re-derived from the scores), per-expert compositions of
-quant._gemm_operands / fake_quantize on zero-padded token groups (RECIPES.md §6), the
+quant._gemm_operands / fake_quantize on zero-padded token groups (docs/NUMERICS.md §6), the
 DeepSeek-V3 balance loss by its formula, and hand-counted preset sizes.
 """
 import dataclasses
