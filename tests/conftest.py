@@ -49,3 +49,18 @@ if not torch.cuda.is_available():
     import kernels  # noqa: E402
 
     kernels.INTERPRET_FAST_DIV = True
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="also run the tests marked full: exhaustive sweeps and checks of compiled code")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without --full, the tests marked full are deselected (the default suite stays in minutes)."""
+    if config.getoption("--full"):
+        return
+    full = [item for item in items if item.get_closest_marker("full")]
+    if full:
+        config.hook.pytest_deselected(items=full)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]

@@ -80,13 +80,13 @@ RECIPES = {'bf16': [], 'ufp4': ['--quant.recipe=ufp4', '--optim.grad_clip=0']}
 
 @pytest.fixture(scope='module')
 def reference(data_dir, tmp_path_factory):
-    """Per recipe: a one-process run stopped at step 2 (the common start) and its continuation to
-    step 8, with grad_accum 2 (the global batch of 2 ranks x grad_accum 1)."""
+    """Per recipe, with grad_accum 2 (the global batch of 2 ranks x grad_accum 1): a one-process run
+    stopped at step 2 (the 2-rank runs' common start) and, apart from it, an uninterrupted
+    one-process run of 8 steps, whose losses the 2-rank runs must repeat."""
     out = {}
     for recipe, extra in RECIPES.items():
         base, one = tmp_path_factory.mktemp(f'base-{recipe}'), tmp_path_factory.mktemp(f'one-{recipe}')
         train.main(args(TINY, data_dir, base, '--data.grad_accum=2', '--train.stop_after=2', *extra))
-        shutil.copytree(base, one, dirs_exist_ok=True)
         train.main(args(TINY, data_dir, one, '--data.grad_accum=2', *extra))
         out[recipe] = base, losses(one)
     return out
@@ -95,7 +95,7 @@ def reference(data_dir, tmp_path_factory):
 @pytest.mark.parametrize('recipe', ['bf16', 'ufp4'])
 def test_fsdp_matches_one_process(reference, data_dir, tmp_path, recipe):
     """2 ranks (FSDP2; with activation checkpointing under ufp4) resume the one-process checkpoint
-    and repeat the one-process losses."""
+    and repeat the uninterrupted one-process run's losses (steps 1-2 are the checkpoint's own log)."""
     base, want = reference[recipe]
     shutil.copytree(base, tmp_path, dirs_exist_ok=True)
     extra = RECIPES[recipe] + (['--train.activation_checkpointing=true'] if recipe == 'ufp4' else [])
