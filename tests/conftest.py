@@ -4,13 +4,21 @@ GPU (it must be chosen before triton is first imported, so it is set here, befor
 The interpreter computes tl.fma(x, y, z) as x * y + z, rounded twice. The kernels' fast exact division
 needs a fused multiply-add, so on the interpreter the kernels would take the IEEE division and the
 GPU's path would go untested. Here the interpreter's fp32 FMA is made exact (fused_fma_f32) and the
-kernels are told they may take the fast path there too: the CPU tests then run the GPU's arithmetic."""
+kernels are told they may take the fast path there too: the CPU tests then run the GPU's arithmetic.
+Tests marked `full` (exhaustive sweeps, checks of compiled code) run only with --full."""
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
-import torch
+
+# One thread per test process: the suite's tensors are small, and pytest-xdist runs a process per
+# core, so more threads than cores only contend and slow every small op down. Subprocesses
+# (torchrun, sweeps) inherit it. Set before torch is imported; an explicit setting is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
