@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 # One thread per test process: the suite's tensors are small, and pytest-xdist runs a process per
 # core, so more threads than cores only contend and slow every small op down. Subprocesses
@@ -72,3 +73,27 @@ def pytest_collection_modifyitems(config, items):
     if full:
         config.hook.pytest_deselected(items=full)
         items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
+ParameterSet = type(pytest.param())
+
+
+def full_unless(default, cases):
+    """`cases` for pytest.mark.parametrize, those not in `default` marked full: an exhaustive sweep
+    keeps a few representative cases in the default suite and runs all of them with --full."""
+    def values(case):
+        return case.values if isinstance(case, ParameterSet) else case if isinstance(case, tuple) else (case,)
+
+    def key(case):
+        v = values(case)
+        return v if len(v) > 1 else v[0]
+
+    out = []
+    for case in cases:
+        if key(case) in default:
+            out.append(case)
+        else:
+            marks = list(case.marks) if isinstance(case, ParameterSet) else []
+            out.append(pytest.param(*values(case), marks=marks + [pytest.mark.full],
+                                    id=case.id if isinstance(case, ParameterSet) else None))
+    return out

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / 'tests'))
 import plan  # noqa: E402
 import train  # noqa: E402
+from conftest import full_unless  # noqa: E402
 from test_train import VOCAB, records, write_dataset  # noqa: E402
 
 TINY, MOE_TINY = str(ROOT / 'configs' / 'tiny.toml'), str(ROOT / 'configs' / 'moe-tiny.toml')
@@ -92,7 +93,7 @@ def reference(data_dir, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize('recipe', ['bf16', 'ufp4'])
+@pytest.mark.parametrize('recipe', full_unless(['ufp4'], ['bf16', 'ufp4']))
 def test_fsdp_matches_one_process(reference, data_dir, tmp_path, recipe):
     """2 ranks (FSDP2; with activation checkpointing under ufp4) resume the one-process checkpoint
     and repeat the uninterrupted one-process run's losses (steps 1-2 are the checkpoint's own log)."""
@@ -112,6 +113,7 @@ def test_fsdp_matches_one_process(reference, data_dir, tmp_path, recipe):
     assert not list(tmp_path.glob('*.tmp'))
 
 
+@pytest.mark.full
 def test_checkpoints_across_world_sizes(data_dir, tmp_path):
     """moe-tiny under ufp4 (stochastic rounding, routed experts sharded along E, expert bias): 8
     steps in one process, against the same 8 steps passed between world sizes and formats:
@@ -164,6 +166,7 @@ def test_export_and_sample(reference, data_dir, tmp_path, capsys):
     assert 'ckpt.pt (step 4' in capsys.readouterr().out
 
 
+@pytest.mark.full
 def test_sharded_init(data_dir, tmp_path):
     """train.init=sharded: weights initialized after sharding, on 2 ranks (one step at lr 0 writes them out): finite,
     with the initializer's spread, and no shard a copy of another (each rank draws its own)."""

@@ -23,6 +23,7 @@ import model as M  # noqa: E402
 import moe  # noqa: E402
 import quant  # noqa: E402
 import rht  # noqa: E402
+from conftest import full_unless  # noqa: E402
 
 # the kernels on CPU tensors: Triton's interpreter, which conftest.py picks where there is no GPU
 CPU_KERNELS = pytest.mark.skipif(os.environ.get('TRITON_INTERPRET') != '1', reason='needs TRITON_INTERPRET=1')
@@ -227,7 +228,8 @@ def test_seq_aux_loss_matches_formula():
 
 @pytest.mark.parametrize('pack', ['false', 'true'])
 @pytest.mark.parametrize('name, backend', [(n, 'torch') for n in ['ufp4', 'e2m1', 'nvfp4', 'mxfp4', 'ufp4-nv']]
-                         + [pytest.param(n, 'triton', marks=CPU_KERNELS) for n in ['ufp4', 'mxfp4']])
+                         + full_unless([('ufp4', 'triton')], [pytest.param(n, 'triton', marks=CPU_KERNELS)
+                                                              for n in ['ufp4', 'mxfp4']]))
 def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, name, backend, pack):
     """y, dX and dW of every expert = its own tokens, zero-padded to the block, through
     quant._gemm_operands (the six roles) with the PyTorch reference; an expert with no tokens gets
@@ -375,9 +377,9 @@ def test_layer_with_32_element_blocks_aligns_groups_to_32(monkeypatch):
 
 
 @pytest.mark.skipif(not hasattr(torch, '_grouped_mm'), reason='this PyTorch has no torch._grouped_mm')
-@pytest.mark.parametrize('recipe, backend, compiler', [
+@pytest.mark.parametrize('recipe, backend, compiler', full_unless([('ufp4', 'torch', 'aot_eager')], [
     ('bf16', 'torch', 'inductor'), ('ufp4', 'torch', 'aot_eager'),
-    pytest.param('ufp4', 'triton', 'aot_eager', marks=CPU_KERNELS)])
+    pytest.param('ufp4', 'triton', 'aot_eager', marks=CPU_KERNELS)]))
 def test_compiled_moe_layer_is_one_graph_that_matches_eager(monkeypatch, recipe, backend, compiler):
     """The MoE FFN of moe-tiny under torch.compile on the CUDA path (bf16 autocast, torch._grouped_mm,
     for backend 'triton' the quantizer's custom op): one graph, with no break per expert nor for the

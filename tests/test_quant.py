@@ -1025,6 +1025,7 @@ def test_convert_named_recipes():
     assert x.grad is not None and model.layers[0].attn.wq.weight.grad is not None
 
 
+@pytest.mark.full
 def test_blocks_compiled_apart_share_one_graph():
     """Every transformer block compiled on its own (as bench/train_bench.py --compile blocks does):
     the quantized linears must not make dynamo guard on anything that differs per block (such as
@@ -1120,6 +1121,7 @@ def test_pack_saved_gives_the_same_gradients_from_4_bits(name):
         quant.recipe_from_overrides("bf16", pack_saved="true")
 
 
+@pytest.mark.full
 def test_rht_resample_under_compile_keeps_one_graph():
     """recipe.rht_resample changes the RHT signs every step in place (a buffer): a compiled model
     does not recompile for them and computes what the eager model computes with the same signs."""
