@@ -404,7 +404,7 @@ def test_e4m3_scale_ties_round_to_even(dim):
     assert_same_bits(dq, ref.dequantize(), "dequant")
 
 
-@pytest.mark.parametrize("grid,use_rht", [("e2m1", False), ("e1m2", True)])
+@pytest.mark.parametrize("grid,use_rht", full_unless([("e1m2", True)], [("e2m1", False), ("e1m2", True)]))
 def test_stochastic_rounding(grid, use_rht):
     """On the grid, one of the two neighbouring levels, reproducible per seed, and unbiased."""
     x = torch.randn(32, 64, generator=torch.Generator().manual_seed(5))
@@ -654,7 +654,7 @@ SEVERAL_TILES = [(quant.QuantSpec("e2m1", 16, "fp32", rht=True), torch.bfloat16,
                  (quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True), torch.bfloat16, (32, 38))]
 
 
-@pytest.mark.parametrize("dim, case", full_unless([(-1, 3), (0, 0)], [(d, i) for d in (-1, 0) for i in range(4)]))
+@pytest.mark.parametrize("dim, case", full_unless([(-1, 2), (0, 0)], [(d, i) for d in (-1, 0) for i in range(4)]))
 def test_programs_of_several_tiles(dim, case):
     """Programs of several tiles (a tile's 5th entry; each loads the next tile before computing its own):
     the reference's bits, rows and columns, codes and dequant, RHT, e8m0 32-blocks, e4m3 and SR (the
@@ -810,7 +810,7 @@ def test_fast_launch_of_tensor_amax_both():
         assert_same_bits(fast, slow, f"amax pair at offset {x.data_ptr() - flat.data_ptr()}")
 
 
-@pytest.mark.parametrize("name, compiled", full_unless([("ufp4", False), ("nvfp4", False), ("ufp4", True)], [
+@pytest.mark.parametrize("name, compiled", full_unless([("ufp4", False), ("nvfp4", False)], [
     ("ufp4", False), ("nvfp4", False), ("mxfp4", False), ("ufp4-nv", False), ("ufp4", True), ("nvfp4", True),
     ("ufp4-nv", True)]))
 def test_pack_saved_through_the_kernels(name, compiled):
@@ -861,8 +861,11 @@ def test_quantize_into_a_slice(spec, dim):
             kernels.quantize(x, **kernel_args(spec, dim, out=out))
 
 
-@pytest.mark.parametrize("spec", [quant.QuantSpec("e1m2", 16, "e4m3", "sr", rht=True),
-                                  quant.QuantSpec("e2m1", 16, "e4m3", rht=True), quant.QuantSpec("e2m1", 32, "e8m0")])
+JOIN_SPECS = [quant.QuantSpec("e1m2", 16, "e4m3", "sr", rht=True), quant.QuantSpec("e2m1", 16, "e4m3", rht=True),
+              quant.QuantSpec("e2m1", 32, "e8m0")]
+
+
+@pytest.mark.parametrize("spec", full_unless(JOIN_SPECS[:1], JOIN_SPECS))
 def test_fake_quantize_joined_equals_the_parts(spec):
     """fake_quantize_joined (and its operator) gives each part's own bits, its own tensor amax and
     SR seed, in its place of the joined tensor: output gradients [M, N_i] along dim 1 (quantized
