@@ -377,9 +377,10 @@ def test_layer_with_32_element_blocks_aligns_groups_to_32(monkeypatch):
 
 
 @pytest.mark.skipif(not hasattr(torch, '_grouped_mm'), reason='this PyTorch has no torch._grouped_mm')
-@pytest.mark.parametrize('recipe, backend, compiler', full_unless([('ufp4', 'torch', 'aot_eager')], [
+@pytest.mark.full
+@pytest.mark.parametrize('recipe, backend, compiler', [
     ('bf16', 'torch', 'inductor'), ('ufp4', 'torch', 'aot_eager'),
-    pytest.param('ufp4', 'triton', 'aot_eager', marks=CPU_KERNELS)]))
+    pytest.param('ufp4', 'triton', 'aot_eager', marks=CPU_KERNELS)])
 def test_compiled_moe_layer_is_one_graph_that_matches_eager(monkeypatch, recipe, backend, compiler):
     """The MoE FFN of moe-tiny under torch.compile on the CUDA path (bf16 autocast, torch._grouped_mm,
     for backend 'triton' the quantizer's custom op): one graph, with no break per expert nor for the
