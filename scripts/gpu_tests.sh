@@ -3,7 +3,7 @@
 # run compiled kernels against the reference (bit for bit), and the GPU-only tests (kept-kernel
 # launch path, torch.compile, fast launch) run instead of skipping. The output, with the machine, the
 # versions and the commit at its top and the reasons of any skip at its end, goes to OUT.
-#   scripts/gpu_tests.sh [OUT] [PYTEST_ARGS...]
+#   [NPROC=4] scripts/gpu_tests.sh [OUT] [PYTEST_ARGS...]     (NPROC test processes share the GPU)
 #   scripts/gpu_tests.sh bench/results/gpu_tests_h100.txt
 #   scripts/gpu_tests.sh /tmp/t.txt tests/test_kernels.py      # one file
 set -uo pipefail
@@ -18,12 +18,12 @@ if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 mkdir -p "$(dirname "$out")"
 {
-    echo "# scripts/gpu_tests.sh ${tests[*]}  ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo "# NPROC=${NPROC:-4} scripts/gpu_tests.sh ${tests[*]}  ($(date -u '+%Y-%m-%d %H:%M UTC'))"
     echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# GPU /'
     "$py" -c 'import torch, triton; print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}), triton {triton.__version__}")'
 } > "$out"
-env -u TRITON_INTERPRET "$py" -m pytest -q --full -rs --durations=20 -p no:cacheprovider "${tests[@]}" 2>&1 | tee -a "$out"
+env -u TRITON_INTERPRET "$py" -m pytest -q -n "${NPROC:-4}" --full -rs --durations=20 -p no:cacheprovider "${tests[@]}" 2>&1 | tee -a "$out"
 status=${PIPESTATUS[0]}
 echo "# exit status $status" >> "$out"
 echo "output: $out" >&2
