@@ -1,90 +1,22 @@
 """Triton kernels for 4-bit quantization: one fused pass that rotates (RHT-16), scales, rounds, packs
-and dequantizes, bit for bit like the PyTorch reference in quant.py (RECIPES.md §1-5).
+and dequantizes, bit for bit like the PyTorch reference in quant.py (docs/NUMERICS.md §1-5).
 
-What one call computes, for a 2-D view [M, K] of the input with K the quantized (reduction) dim:
-  1. optional RHT: every 16 consecutive elements x become (x*signs)·(4·H16)·0.25, with the butterfly
-     stages h = 1, 2, 4, 8 in that order (rht.py) — done in registers, the rotated tensor is never
-     written; the signs are folded into the first stage (one FMA per output; the odd elements take
-     theirs by a logic instruction on their bits as they are loaded, _load_tile) and the 0.25 into
-     the scale (below);
-  2. block amax (16 or 32 elements, or a 16x16 tile), the block scale (fp32 | e4m3 two-level | e8m0)
-     and y = x / scale clamped to ±g_max (no clamp needed for fp32 scales with RTNE, below);
-  3. rounding of |y| to the grid's level index: RTNE, or SR with 16-bit uniforms from Philox seeded per
-     call (below);
-  4. outputs: packed codes (uint8, element 2i in the low nibble, code = sign<<3 | level index) with the
-     stored scales, and/or the dequantized tensor q·scale (bf16 or fp32), rotated back by the inverse
-     butterfly or kept in the rotated basis (the emulated GEMM path: both operands carry the same H').
-     dequantize() makes that tensor again from stored codes and scales (an operand kept packed).
+A call sees a 2-D view [M, K] of its input, K the quantized (reduction) dim, and does per block of
+16 or 32 elements (or a 16x16 weight tile):
+  1. optional RHT-16 in registers (the rotated tensor is never written);
+  2. the block amax and scale (fp32 | e4m3 two-level | e8m0), and y = x / scale;
+  3. RTNE or stochastic rounding (Philox, 16-bit uniforms) of |y| to a level index;
+  4. outputs: packed codes (sign<<3 | level, two a byte) with the scales, and/or the dequantized
+     tensor, rotated back or kept rotated for the emulated GEMM.
+`dim=-1` quantizes along rows; `dim=0` along the columns of a 2-D tensor without a transpose.
+e4m3 scales need the tensor amax first: a separate pass (tensor_amax, or tensor_amax_both for rows
+and columns from one read).
 
-Orientation. `dim=-1` quantizes along rows ("rowwise"). `dim=0` quantizes a 2-D [R, C] tensor along
-its columns (the wgrad operands) without writing a transpose: the kernel reads the [R, C] layout, its
-dequantized output keeps that layout, and its codes/scales are laid out as for the transposed tensor
-([C, R/2] and [C, R/block]), exactly as quant.quantize(x, spec, dim=0) stores them.
-
-Layout inside a program. A tile is [BM, NG, 8, 2]: BM rows of the [M, K] view, NG groups of 16
-quantized-dim elements, and element j + 8*h of a group at [.., j, h]. All 16 elements of a group sit in
-one thread, so the butterfly (tl.split/tl.join on 2-sized axes, tl.permute to bring the next bit last),
-the block amax and the packing are register-only. Rowwise, blocks never cross rows, so the tensor is
-viewed as one long row (M = 1) and a warp's lanes take consecutive groups, each loaded as two 16-byte
-halves of words holding two elements (bf16: int32, fp32: int64; _from_words splits a word with a shift
-and a mask, cheaper than the compiler's conversions); columnwise, a group is 16 row vectors, each
-contiguous along C (rotated bf16 read as words of two neighbouring groups' elements, split the same
-way; _plan), and only the codes are transposed (in registers) before they are stored.
-
-Exactness. Every step is the reference's fp32 operation in the same order: IEEE division (tl.math.div_rn;
-plain `/` is approximate on GPUs), no FMA contraction (enable_fp_fusion=False), a multiplication by the
-exact power of two where the reference divides by one. For fp32 scales, x / s may instead be computed
-from RN(1/s) by FMAs (_div_fast: the one-FMA step below, faithful for every x, then one Newton
-correction), which gives the same bits, or, for y (which only decides a level), from RN(x·r) and that
-correction (_div_level: the same level for every x and s, checked where it can differ); for bf16 x
-not rotated, one FMA does: RN(x / s) = RN(x·r + RN(x·z)), r = RN(1/s), z = RN(RN(1 - s·r)·r)
-(Brisebarre, Muller and Raina's division by a divisor known in advance, IEEE TC 2004). That is not
-exact for every fp32 s, but it is for every s = RN(amax / g) of a bf16 amax, g = k·2**j with k in
-{1, 3, 5, 7} (every g_max the kernels take) and every bf16 x: the tests
-check all their mantissas (the exponents scale every step exactly, in the fast range). Stochastic
-rounding takes x · r' itself, r' = RN(1/s) less 4 ulps: within 5 ulps of x / s, far below its 2**-16
-steps, and never above g_max (x <= amax, s >= (amax / g)(1 - 2**-24), r <= (1/s)(1 + 2**-24)), so |y|
-needs no clamp. The block scale's amax / g (and e4m3's division by t) is _div_fast too, with RN(1/g) a
-constant; for bf16 x not rotated, amax / g is the one-FMA division (_div_bf16: exact for every bf16 amax,
-tested). Four shortcuts hold while every y factor f of a tile (1/scale or scale) lies in [2**-98, 2**123]
-(2**122 with RHT and fp32 scales, whose divisor is 4f; and, for e4m3, t is in that range and no block
-amax is below 2**-99): the rotated 4x lacks the butterfly's 0.25, and x / f = (4x) / (4f), x * f = 4x *
-(f / 4) exactly (the block amax takes the 0.25 once: rounding is monotone); _div_fast's operands are in
-its range, for y and for the scales; and with fp32 scales |x / s| is at most g_max plus a few ulps, which
-rounds to at most g_max, so RTNE needs no clamp. A tile outside (tiny or huge blocks, 1/t overflowed)
-takes the reference's steps, in one branch that computes its scales again and replaces y; SR with fp32
-scales keeps y = x · r' there, x and s of a group out of range first scaled by 2**±64, so a group's draws
-do not depend on its tile.
-Rounding to the grid: near |y| the levels are a uniform lattice (e1m2, int4: the grid's step; E2M1:
-0.5 below 2, 1 up to 4, then 2); adding c = spacing * 2**23 in fp32 rounds |y| to that lattice with RNE,
-and an RNE tie lands on the even multiple, which is the even level index. Uniform-grid codes rounded to
-nearest with fp32 scales (no dequantized output) let the fp32 -> e4m3 cast do it instead: y is divided
-by 2**9 * step more (in the divisor: exact), and below 2**-5 e4m3's step is 2**-9 and its byte the
-step count, two elements an instruction (_pack_f8; sm_89+, else the same by an fp32 addition). The bf16 -> fp32 input and
-fp32 -> bf16 output casts are exact/RNE; under Triton's CPU interpreter (whose bf16 casts are broken)
-the output cast is done with integer ops. Stochastic rounding is checked statistically, not bit for bit (Philox
-here, a torch.Generator in the reference).
-
-Stochastic rounding. |y| between the levels lo and lo + sp rounds to floor(|y| / sp + u) * sp, i.e. up
-iff u >= 1 - p for p = (|y| - lo) / sp, with u = (k + 1/2) * 2**-16 for a random 16-bit k: each 32-bit
-Philox output gives two, so a group of 16 takes 2 Philox4x32 calls (Philox is most of SR's cost; 32-bit
-uniforms took 4). It is computed as RTNE of |y| + (u - 1/2) * sp (_round_to_grid). E[u] = 1/2 exactly,
-and P(up) = ceil(2**16 p - 1/2) / 2**16 is within 2**-17 of p; only a tie (|y| + (u - 1/2) * sp on a
-midpoint between levels, which the sum's one rounding can also make: never cross, as the midpoints
-are floats) goes to the even level, so within 2**-16 for the |y| that have one. The expected rounding
-error is thus at most 2**-16 of the level gap for every |y|, and averages to zero over p. 8 random
-bits per element, as hardware SR instructions draw (Blackwell's cvt.rs), would save one more call per
-group but allow 2**-9 of a gap, and always round |y| less than gap/512 above a level down to it (a
-systematic shrink of small gradients); 16 bits keep that under gap/65536.
-
-Non-finite blocks (NaN/Inf inside the block, after RHT) get a NaN scale and level index 0, so they
-dequantize to NaN. The e4m3 tensor amax ignores non-finite elements, as in the reference. It must be
-known before any block scale, so it is a first pass that reads x (an e4m3 quantize reads x twice): a
-persistent grid of a few programs per SM, each reading tile after tile and making one atomic max.
-Without RHT it is the max of |x|'s bits (bits & 0x7FFF for bf16), read flat with no conversion; with
-RHT each group is rotated as in the quantize pass and the butterfly's 0.25 is applied to the maximum.
-An operand quantized along both dims (X and dY of a linear: rows for one GEMM, columns for wgrad)
-can have both amaxes from one read (tensor_amax_both) and hand each to quantize (tensor_amax=...).
+Each step is the reference's fp32 operation in the same order; where a kernel takes a faster route
+(division by FMAs, rounding by adding 2**23·spacing, the e4m3 cast as a rounder) it is exact inside a
+range the kernel checks per tile, and tiles outside take the reference's steps. docs/KERNELS.md
+gives the layout of a program and the proofs; tests/test_kernels.py checks every path against
+quant.py.
 """
 
 import functools

@@ -17,7 +17,7 @@ elsewhere. On CUDA no shape or branch depends on the routing, so nothing waits f
 layer compiles to one graph (e4m3 scales aside: below).
 
 Quantization. Each grouped GEMM is one autograd Function with the recipe's six operand roles, the
-grouped twin of quant._QLinearFn (RECIPES.md §6):
+grouped twin of quant._QLinearFn (docs/NUMERICS.md §6):
   fprop  y = x·w[e]ᵀ    x rows along D, w[e] along D           (fprop_x, fprop_w)
   dgrad  dx = dy·w[e]   dy rows along F, w[e] along F (dim 1)   (dgrad_dy, dgrad_w)
   wgrad  dw[e] = dyᵀ·x  dy and x along the tokens (dim 0)       (wgrad_dy, wgrad_x)

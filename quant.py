@@ -26,7 +26,7 @@ A linear layer Y = X·Wᵀ runs three GEMMs in training, each with two quantized
   dgrad  dX = dY·W   reduces over N: dY rows, W columns      (dgrad_dy, dgrad_w)
   wgrad  dW = dYᵀ·X  reduces over M: dY columns, X columns   (wgrad_dy, wgrad_x)
 A Recipe gives each role a QuantSpec or None (= stays bf16). GPUs without FP4 GEMMs emulate them:
-quantize, dequantize to bf16, multiply with fp32 accumulation. The full contract is RECIPES.md.
+quantize, dequantize to bf16, multiply with fp32 accumulation. The full contract is docs/NUMERICS.md.
 """
 
 import dataclasses
@@ -68,7 +68,7 @@ def _choice(what, value, valid):
 
 @dataclass(frozen=True)
 class QuantSpec:
-    """How one operand is quantized (RECIPES.md §1-5)."""
+    """How one operand is quantized (docs/NUMERICS.md §1-5)."""
     grid: str = "e2m1"
     block: int = 16
     scale: str = "fp32"
@@ -162,7 +162,7 @@ def _check_shape(x, spec, dim):
 
 
 def quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None) -> QTensor:
-    """Quantize x along dim (RECIPES.md §2-5). All arithmetic in fp32."""
+    """Quantize x along dim (docs/NUMERICS.md §2-5). All arithmetic in fp32."""
     _check_shape(x, spec, dim)
     dim = dim % x.dim()
     xm = x.movedim(dim, -1).float()
@@ -309,7 +309,7 @@ def _recipe(grid, block, scale, rht_gemms, block_2d=False, bf16_last=0):
 
 
 ALL_GEMMS = ("fprop", "dgrad", "wgrad")
-RECIPES = {  # RECIPES.md §7
+RECIPES = {  # docs/NUMERICS.md §7
     "bf16": Recipe(),
     "ufp4": _recipe("e1m2", 16, "fp32", ALL_GEMMS),
     "e2m1": _recipe("e2m1", 16, "fp32", ("wgrad",)),
@@ -546,7 +546,7 @@ def _joined(parts, join: int = 0) -> torch.Tensor:
 
 
 class _QLinearFn(torch.autograd.Function):
-    """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (RECIPES.md §6).
+    """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (docs/NUMERICS.md §6).
     W comes as parts [N_i, K] (quant.linears), joined along N into one GEMM of each kind; one output
     per part. Each part (and its output's gradient dY) is quantized on its own, so e4m3 scales keep
     a tensor scale per weight, as the layers apart do. All read X, so X is quantized once per role.

@@ -15,7 +15,7 @@ Parallel runs. With --gpus, runs start as soon as a slot is free: --jobs runs at
 GPU finish sooner than the same runs one after another.
 
 Studies (STUDIES) fix the model config, the step budget and a list of runs: a recipe, its quant
-overrides (the ablations of RECIPES.md §8) and its seeds; every run of a study sees the same data
+overrides (the ablations of docs/NUMERICS.md §8) and its seeds; every run of a study sees the same data
 and schedule, so analysis.compare reads them against the bf16 runs of the same seed.
 
 Every run of a seed starts from the same weights and sees the same batches, whatever its recipe.

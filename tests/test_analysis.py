@@ -454,6 +454,7 @@ def test_tools_read_the_sweep(tiny_sweep, tmp_path):
     assert "trained: e1m2/16/fp32/rtne/rht" in json.loads((tmp_path / "chain.json").read_text())
 
 
+@pytest.mark.full
 def test_study_runs_side_by_side(tmp_path):
     """A named study through the parallel pool: every run trains with its recipe and quant overrides."""
     if not (ROOT / "train.py").is_file():

@@ -26,6 +26,7 @@ import quant  # noqa: E402
 import rht  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from conftest import full_unless  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 if DEV == "cpu" and "Interpreted" not in type(kernels._quantize_kernel).__name__:
@@ -81,8 +82,10 @@ def assert_same_bits(got, want, what):
                            f"got {got[tuple(bad[0])].item()}, want {want[tuple(bad[0])].item()}")
 
 
-@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
-@pytest.mark.parametrize("grid,max_level", GRIDS)
+# every grid and every scale mode once by default; all pairs with --full
+@pytest.mark.parametrize("grid,max_level,scale", full_unless(
+    [("e2m1", None, "e8m0"), ("e1m2", None, "fp32"), ("int4", None, "e4m3"), ("e2m1", 2.0, "fp32")],
+    [(g, m, s) for g, m in GRIDS for s in ("fp32", "e4m3", "e8m0")]))
 def test_bit_identical_to_reference(grid, max_level, scale):
     """Codes, scales, tensor scale and dequant (kept rotated and rotated back) equal the reference, and
     so do the codes and scales of the kernel without the dequant output."""
@@ -135,7 +138,7 @@ def test_nonfinite_blocks_dequantize_to_nan(scale, use_rht):
 
 
 @pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
-@pytest.mark.parametrize("magnitude", [1e-36, 1e-28, 1e30, 5e36, 3e37])
+@pytest.mark.parametrize("magnitude", full_unless([1e-36, 3e37], [1e-36, 1e-28, 1e30, 5e36, 3e37]))
 def test_whole_tensor_far_from_one_is_bit_identical(scale, magnitude):
     """Tensors whose every block scale (and e4m3's tensor scale) lies outside or at the edge of the
     kernels' fast division range [2**-98, 2**123] take the reference's steps, with the same bits; so
@@ -401,7 +404,7 @@ def test_e4m3_scale_ties_round_to_even(dim):
     assert_same_bits(dq, ref.dequantize(), "dequant")
 
 
-@pytest.mark.parametrize("grid,use_rht", [("e2m1", False), ("e1m2", True)])
+@pytest.mark.parametrize("grid,use_rht", full_unless([("e1m2", True)], [("e2m1", False), ("e1m2", True)]))
 def test_stochastic_rounding(grid, use_rht):
     """On the grid, one of the two neighbouring levels, reproducible per seed, and unbiased."""
     x = torch.randn(32, 64, generator=torch.Generator().manual_seed(5))
@@ -524,7 +527,7 @@ def test_tensor_amax_pass(dtype):
     assert kernels.tensor_amax(x).item() == 0.0 and kernels.tensor_amax(x, rht_signs=SIGNS.to(DEV)).item() == 0.0
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", full_unless([torch.bfloat16], [torch.bfloat16, torch.float32]))
 def test_tensor_amax_both_and_quantize_given_it(dtype):
     """One read for both orientations: tensor_amax_both's (rows, columns) equal the reference's amax
     after the RHT along each dim (rows also without RHT), over shapes with ragged tiles, Inf and NaN;
@@ -587,7 +590,7 @@ def test_rows_off_a_word_boundary(dtype):
         assert_same_bits(dq, ref.dequantize(keep_rotated=True), f"dim={dim} dequant")
 
 
-@pytest.mark.parametrize("scale", ["fp32", "e4m3", "e8m0"])
+@pytest.mark.parametrize("scale", full_unless(["e8m0"], ["fp32", "e4m3", "e8m0"]))
 def test_bf16_columns_read_as_words(scale, monkeypatch):
     """Columns of bf16 x with an even row length are read with RHT as words holding the same element
     of two neighbouring groups (m, m + 1), the odd elements' signs applied as the words are split,
@@ -645,22 +648,25 @@ def assert_tiles_give_the_bits(x, spec, dim, tiles, what):
                     assert_same_bits(got[j], want[j], f"{what} tile {tile} {'codes' if codes else 'dequant'} {part}")
 
 
-@pytest.mark.parametrize("dim", [-1, 0])
-def test_programs_of_several_tiles(dim):
+SEVERAL_TILES = [(quant.QuantSpec("e2m1", 16, "fp32", rht=True), torch.bfloat16, (48, 38)),
+                 (quant.QuantSpec("e2m1", 32, "e8m0", rht=True), torch.bfloat16, (64, 22)),
+                 (quant.QuantSpec("e1m2", 16, "e4m3"), torch.float32, (32, 21)),
+                 (quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True), torch.bfloat16, (32, 38))]
+
+
+@pytest.mark.parametrize("dim, case", full_unless([(-1, 2), (0, 0)], [(d, i) for d in (-1, 0) for i in range(4)]))
+def test_programs_of_several_tiles(dim, case):
     """Programs of several tiles (a tile's 5th entry; each loads the next tile before computing its own):
     the reference's bits, rows and columns, codes and dequant, RHT, e8m0 32-blocks, e4m3 and SR (the
     same draws as programs of one tile), on shapes whose tiles do not fill the last program; bf16
     columns read as words and as values, fp32 too."""
-    cases = [(quant.QuantSpec("e2m1", 16, "fp32", rht=True), torch.bfloat16, (48, 38)),
-             (quant.QuantSpec("e2m1", 32, "e8m0", rht=True), torch.bfloat16, (64, 22)),
-             (quant.QuantSpec("e1m2", 16, "e4m3"), torch.float32, (32, 21)),
-             (quant.QuantSpec("e1m2", 16, "fp32", "sr", rht=True), torch.bfloat16, (32, 38))]
+    spec, dtype, shape = SEVERAL_TILES[case]
     tiles = [(1, 2, 1, False, 3), (1, 4, 1, False, 2)] if dim == -1 else [(8, 2, 1, True, 3), (4, 2, 1, False, 2)]
-    for i, (spec, dtype, shape) in enumerate(cases):
-        x = make_x(shape if dim == 0 else shape[::-1], dtype, seed=90 + i)
-        assert_tiles_give_the_bits(x, spec, dim, tiles, f"{spec} dim={dim} {dtype}")
+    x = make_x(shape if dim == 0 else shape[::-1], dtype, seed=90 + case)
+    assert_tiles_give_the_bits(x, spec, dim, tiles, f"{spec} dim={dim} {dtype}")
 
 
+@pytest.mark.full
 def test_a_tile_out_of_the_fast_range_among_tiles_in_it():
     """Row programs of several tiles where one tile holds a tiny group and another a huge one (outside
     the fast range: those tiles take the reference's steps) and the rest are ordinary: every tile has
@@ -804,8 +810,9 @@ def test_fast_launch_of_tensor_amax_both():
         assert_same_bits(fast, slow, f"amax pair at offset {x.data_ptr() - flat.data_ptr()}")
 
 
-@pytest.mark.parametrize("name, compiled", [("ufp4", False), ("nvfp4", False), ("mxfp4", False), ("ufp4-nv", False),
-                                            ("ufp4", True), ("nvfp4", True), ("ufp4-nv", True)])
+@pytest.mark.parametrize("name, compiled", full_unless([("ufp4", False), ("nvfp4", False)], [
+    ("ufp4", False), ("nvfp4", False), ("mxfp4", False), ("ufp4-nv", False), ("ufp4", True), ("nvfp4", True),
+    ("ufp4-nv", True)]))
 def test_pack_saved_through_the_kernels(name, compiled):
     """recipe.pack_saved with the Triton quantizer: X kept as the kernel's codes + scales gives the
     same dX and dW bits as X kept whole (the dequantize kernel of the codes = the fused dequant).
@@ -854,8 +861,11 @@ def test_quantize_into_a_slice(spec, dim):
             kernels.quantize(x, **kernel_args(spec, dim, out=out))
 
 
-@pytest.mark.parametrize("spec", [quant.QuantSpec("e1m2", 16, "e4m3", "sr", rht=True),
-                                  quant.QuantSpec("e2m1", 16, "e4m3", rht=True), quant.QuantSpec("e2m1", 32, "e8m0")])
+JOIN_SPECS = [quant.QuantSpec("e1m2", 16, "e4m3", "sr", rht=True), quant.QuantSpec("e2m1", 16, "e4m3", rht=True),
+              quant.QuantSpec("e2m1", 32, "e8m0")]
+
+
+@pytest.mark.parametrize("spec", full_unless(JOIN_SPECS[:1], JOIN_SPECS))
 def test_fake_quantize_joined_equals_the_parts(spec):
     """fake_quantize_joined (and its operator) gives each part's own bits, its own tensor amax and
     SR seed, in its place of the joined tensor: output gradients [M, N_i] along dim 1 (quantized
@@ -883,8 +893,8 @@ def test_fake_quantize_joined_equals_the_parts(spec):
         kernels.fake_quantize_joined([parts1[0], parts0[0]], join=1, **kernel_args(spec, -1))
 
 
-@pytest.mark.parametrize("name, compiled", [("ufp4-nv", False), ("nvfp4", False), ("ufp4", False),
-                                            ("ufp4-nv", True), ("mxfp4", True)])
+@pytest.mark.parametrize("name, compiled", full_unless([("ufp4-nv", False)], [
+    ("ufp4-nv", False), ("nvfp4", False), ("ufp4", False), ("ufp4-nv", True), ("mxfp4", True)]))
 def test_joined_linears_through_the_kernels(name, compiled):
     """q, k, v in one quantized linear through the kernels (each weight and output gradient quantized
     into its place of one operand: fake_quantize_joined) against the three layers apart: the same
@@ -1139,6 +1149,7 @@ print("amax_both warps", nw, "programs", kernels._AMAX_PROGRAMS_PER_SM, "regs", 
 '''
 
 
+@pytest.mark.full
 def test_quantize_kernel_compiles_for_sm90():
     """The quantize kernel compiles for sm_90 (no GPU needed) for each kind of spec and output: the
     interpreter that runs the other tests here does not compile the kernels, so it lets through what

@@ -2,7 +2,7 @@
 
 The references are written here from the definitions, not from moe.py: a per-token loop over each
 token's chosen experts (routing re-derived from the scores), per-expert compositions of
-quant._gemm_operands / fake_quantize on zero-padded token groups (RECIPES.md §6), the
+quant._gemm_operands / fake_quantize on zero-padded token groups (docs/NUMERICS.md §6), the
 DeepSeek-V3 balance loss by its formula, and hand-counted preset sizes.
 """
 import dataclasses
@@ -23,6 +23,7 @@ import model as M  # noqa: E402
 import moe  # noqa: E402
 import quant  # noqa: E402
 import rht  # noqa: E402
+from conftest import full_unless  # noqa: E402
 
 # the kernels on CPU tensors: Triton's interpreter, which conftest.py picks where there is no GPU
 CPU_KERNELS = pytest.mark.skipif(os.environ.get('TRITON_INTERPRET') != '1', reason='needs TRITON_INTERPRET=1')
@@ -227,7 +228,8 @@ def test_seq_aux_loss_matches_formula():
 
 @pytest.mark.parametrize('pack', ['false', 'true'])
 @pytest.mark.parametrize('name, backend', [(n, 'torch') for n in ['ufp4', 'e2m1', 'nvfp4', 'mxfp4', 'ufp4-nv']]
-                         + [pytest.param(n, 'triton', marks=CPU_KERNELS) for n in ['ufp4', 'mxfp4']])
+                         + full_unless([('ufp4', 'triton')], [pytest.param(n, 'triton', marks=CPU_KERNELS)
+                                                              for n in ['ufp4', 'mxfp4']]))
 def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, name, backend, pack):
     """y, dX and dW of every expert = its own tokens, zero-padded to the block, through
     quant._gemm_operands (the six roles) with the PyTorch reference; an expert with no tokens gets
@@ -375,6 +377,7 @@ def test_layer_with_32_element_blocks_aligns_groups_to_32(monkeypatch):
 
 
 @pytest.mark.skipif(not hasattr(torch, '_grouped_mm'), reason='this PyTorch has no torch._grouped_mm')
+@pytest.mark.full
 @pytest.mark.parametrize('recipe, backend, compiler', [
     ('bf16', 'torch', 'inductor'), ('ufp4', 'torch', 'aot_eager'),
     pytest.param('ufp4', 'triton', 'aot_eager', marks=CPU_KERNELS)])

@@ -1,10 +1,10 @@
-"""Tests for quant.py against the numerics contract (RECIPES.md).
+"""Tests for quant.py against the numerics contract (docs/NUMERICS.md).
 
 The checks come from the spec, not from the implementation: hand-computed tie and saturation
 cases for every grid and scale mode, an independent re-implementation of the reference
-arithmetic (`ref_quant` below, a literal reading of RECIPES.md §1-5), torchao 0.18's NVFP4 and
+arithmetic (`ref_quant` below, a literal reading of docs/NUMERICS.md §1-5), torchao 0.18's NVFP4 and
 MXFP4 quantizers bit for bit, statistical checks of stochastic rounding, and QLinear's three
-GEMMs against hand-written compositions of `fake_quantize` (RECIPES.md §6). All CPU.
+GEMMs against hand-written compositions of `fake_quantize` (docs/NUMERICS.md §6). All CPU.
 """
 import dataclasses
 import math
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import quant  # noqa: E402
 import rht  # noqa: E402
 
-LEVELS = {  # RECIPES.md §1
+LEVELS = {  # docs/NUMERICS.md §1
     'e2m1': (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0),
     'e1m2': (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5),
     'int4': (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
@@ -30,7 +30,7 @@ SCALES = ('fp32', 'e4m3', 'e8m0')
 ROLES = ('fprop_x', 'fprop_w', 'dgrad_dy', 'dgrad_w', 'wgrad_dy', 'wgrad_x')
 RECIPE_NAMES = ('bf16', 'ufp4', 'e2m1', 'nvfp4', 'mxfp4', 'ufp4-nv')
 
-# RECIPES.md §4 ties: (|y|, expected level); the tie goes to the even level index.
+# docs/NUMERICS.md §4 ties: (|y|, expected level); the tie goes to the even level index.
 TIES = {
     'e2m1': [(0.25, 0.0), (0.75, 1.0), (1.25, 1.0), (1.75, 2.0), (2.5, 2.0), (3.5, 4.0), (5.0, 4.0)],
     'e1m2': [(0.25, 0.0), (0.75, 1.0), (1.25, 1.0), (1.75, 2.0), (2.25, 2.0), (2.75, 3.0), (3.25, 3.0)],
@@ -39,7 +39,7 @@ TIES = {
 
 
 # ----------------------------------------------------------------------------------------------
-# An independent reference: RECIPES.md §1-5 and its exact fp32 order of operations, written
+# An independent reference: docs/NUMERICS.md §1-5 and its exact fp32 order of operations, written
 # literally and slowly (deterministic rounding only).
 
 def butterfly(x):
@@ -163,7 +163,7 @@ def test_grid_tables():
         s = spec(name)
         assert s.g_max == G_MAX[name]
         assert tuple(float(v) for v in s.levels) == levels
-    # e1m2 is int4 scaled by 1/2: the same uniform grid (RECIPES.md §1)
+    # e1m2 is int4 scaled by 1/2: the same uniform grid (docs/NUMERICS.md §1)
     assert tuple(2 * v for v in LEVELS['e1m2']) == LEVELS['int4']
     assert spec('e2m1', max_level=2).g_max == 2.0
 
@@ -210,7 +210,7 @@ def tie_rows(grid, g, block, amax):
 @pytest.mark.parametrize('block', [16, 32])
 @pytest.mark.parametrize('k', [0, -9, 7])
 def test_ties_and_saturation(grid, max_level, scale, block, k):
-    """The block's scale is exactly 2**k, so y = x / 2**k hits every RTNE tie of RECIPES.md §4.
+    """The block's scale is exactly 2**k, so y = x / 2**k hits every RTNE tie of docs/NUMERICS.md §4.
     fp32: amax = g 2**k gives s = 2**k. e8m0: amax = 1.0625 g 2**k keeps E(amax) = floor(log2 g) + k,
     so s = 2**k and +-1.0625 g saturates to +-g. e4m3: a second block of amax 28 g 2**k makes
     t = 2**(k-4); the first block then has (amax_B/g)/t = 17, an e4m3 tie that rounds to 16,
@@ -320,7 +320,7 @@ def test_matches_literal_reference(grid, scale, block, use_rht):
 def near_tie_blocks(grid, scale, block, seed):
     """Blocks of random amax (element 0) whose other elements sit on or a few ulps from the
     midpoints between levels, in units of the block's own scale: any change to the fp32 order
-    of operations of RECIPES.md §3 flips some of these roundings."""
+    of operations of docs/NUMERICS.md §3 flips some of these roundings."""
     gen = torch.Generator().manual_seed(seed)
     rows, nblk, g = 16, 4, G_MAX[grid]
     amax = torch.exp2(torch.randint(-8, 9, (rows, nblk, 1), generator=gen).float())
@@ -376,7 +376,7 @@ def test_block_2d_same_for_w_and_wt(scale, grid):
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. e1m2 and int4 are the same grid (RECIPES.md §1)
+# 4. e1m2 and int4 are the same grid (docs/NUMERICS.md §1)
 
 @pytest.mark.parametrize('scale', SCALES)
 @pytest.mark.parametrize('use_rht', [False, True])
@@ -574,7 +574,7 @@ def test_rht_gemm_in_rotated_basis():
 
 
 def test_outliers_rht_helps_uniform_grid():
-    """Outlier-heavy blocks: RHT lowers the error of the uniform grid (RECIPES.md §8)."""
+    """Outlier-heavy blocks: RHT lowers the error of the uniform grid (docs/NUMERICS.md §8)."""
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(256, 256, generator=gen)
     x[torch.rand(x.shape, generator=gen) < 0.01] *= 30
@@ -586,7 +586,7 @@ def test_outliers_rht_helps_uniform_grid():
 
 
 # ----------------------------------------------------------------------------------------------
-# 8. Shrinkage (RECIPES.md §8): E2M1 RTNE loses signal; the uniform grid much less
+# 8. Shrinkage (docs/NUMERICS.md §8): E2M1 RTNE loses signal; the uniform grid much less
 
 @pytest.mark.parametrize('dist', ['gaussian', 'laplace'])
 def test_e2m1_shrinks_more_than_uniform(dist):
@@ -727,10 +727,10 @@ def test_non_finite_block_dequantizes_to_nan(scale, bad, use_rht):
 
 
 # ----------------------------------------------------------------------------------------------
-# 11. Recipes (RECIPES.md §7) and overrides
+# 11. Recipes (docs/NUMERICS.md §7) and overrides
 
 def expected_table():
-    """RECIPES.md §7: grid, block, scale, RHT roles, SR roles, 2D W roles, bf16_first, bf16_last."""
+    """docs/NUMERICS.md §7: grid, block, scale, RHT roles, SR roles, 2D W roles, bf16_first, bf16_last."""
     dy = {'dgrad_dy', 'wgrad_dy'}
     wgrad = {'wgrad_dy', 'wgrad_x'}
     w = {'fprop_w', 'dgrad_w'}
@@ -815,7 +815,7 @@ def test_override_errors_list_valid_choices():
 
 
 # ----------------------------------------------------------------------------------------------
-# 12. QLinear: the three GEMMs of RECIPES.md §6
+# 12. QLinear: the three GEMMs of docs/NUMERICS.md §6
 
 def fq(t, s, dim, signs):
     return t if s is None else quant.fake_quantize(t, s, dim, signs=signs, keep_rotated=True)
@@ -1011,7 +1011,7 @@ def test_convert_honours_bf16_blocks(first, last, want):
 @pytest.mark.parametrize('first,last,want', [('1', '2', [1, 2, 3, 4, 5]), ('0', '0.125', list(range(7))),
                                              ('0.25', '0', list(range(2, 8)))])
 def test_bf16_block_overrides(first, last, want):
-    """The command-line overrides accept a count or a fraction for both ends (RECIPES.md §7)."""
+    """The command-line overrides accept a count or a fraction for both ends (docs/NUMERICS.md §7)."""
     recipe = quant.recipe_from_overrides('ufp4', bf16_first=first, bf16_last=last)
     assert quantized_layers(convert_tiny(recipe)) == want
 
@@ -1025,6 +1025,7 @@ def test_convert_named_recipes():
     assert x.grad is not None and model.layers[0].attn.wq.weight.grad is not None
 
 
+@pytest.mark.full
 def test_blocks_compiled_apart_share_one_graph():
     """Every transformer block compiled on its own (as bench/train_bench.py --compile blocks does):
     the quantized linears must not make dynamo guard on anything that differs per block (such as
@@ -1122,6 +1123,7 @@ def test_pack_saved_gives_the_same_gradients_from_4_bits(name):
         quant.recipe_from_overrides("bf16", pack_saved="true")
 
 
+@pytest.mark.full
 def test_rht_resample_under_compile_keeps_one_graph():
     """recipe.rht_resample changes the RHT signs every step in place (a buffer): a compiled model
     does not recompile for them and computes what the eager model computes with the same signs."""

@@ -1,4 +1,4 @@
-"""Tests for rht.py: the 16-point random Hadamard transform (RECIPES.md §5).
+"""Tests for rht.py: the 16-point random Hadamard transform (docs/NUMERICS.md §5).
 
 Every check compares against an independent construction: the Sylvester recursion for H16,
 a dense matmul (x * signs) @ H16, and the fixed fp32 butterfly the kernels must reproduce.
