@@ -399,6 +399,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
     {"grid": cmd_grid, "chain": cmd_chain, "tensors": cmd_tensors}[args.cmd](args)
+    print(f"wrote {args.out / args.cmd}.md, .json" + ("" if args.no_plots else ", .png"))
 
 
 if __name__ == "__main__":

@@ -221,6 +221,7 @@ def main(argv=None):
     (args.out / "compare.json").write_text(json.dumps({"runs": rows, "pairs": pairs}, indent=1) + "\n")
     if not args.no_plots:
         plot(args.out, runs, args.baseline_recipe, args.window)
+    print(f"wrote {args.out / 'compare'}.md, .json" + ("" if args.no_plots else ", .png"))
     return rows, pairs
 
 

@@ -212,6 +212,7 @@ def main(argv=None):
     (args.out / "gradients.json").write_text(json.dumps({**meta, "recipes": summary}, indent=1) + "\n")
     if not args.no_plots:
         plot(args.out, summary)
+    print(f"wrote {args.out / 'gradients'}.md, .json" + ("" if args.no_plots else ", .png"))
     return summary
 
 

@@ -255,6 +255,7 @@ def main(argv=None):
     (args.out / "scaling_fit.json").write_text(json.dumps({"fits": fits, "targets": targets}, indent=1) + "\n")
     if not args.no_plots:
         plot(args.out / "scaling_fit.png", points, fits, boots, targets, args.baseline)
+    print(f"wrote {args.out / 'scaling_fit'}.md, .json" + ("" if args.no_plots else ", .png"))
     return fits
 
 

@@ -123,8 +123,9 @@ def test_monitor_rejects_mismatched_shapes():
         monitor.stats(torch.zeros(2, 16), torch.zeros(2, 32), quant.QuantSpec())
 
 
-def test_grid_command_writes_tables(tmp_path):
+def test_grid_command_writes_tables(tmp_path, capsys):
     analyze.main(["grid", "--rows", "16", "--out", str(tmp_path), *PLOTS])
+    assert f"wrote {tmp_path / 'grid'}.md, .json" in capsys.readouterr().out  # says where it wrote
     text = (tmp_path / "grid.md").read_text()
     assert "| e2m1 | 4 | -0.25 |" in text and "| e2m1 | 2 | -0.125 |" in text
     res = json.loads((tmp_path / "grid.json").read_text())
