@@ -85,7 +85,7 @@ GEMM = {"name": "auto", "logged": set()}  # auto (grouped on CUDA bf16), grouped
 
 def set_gemm(name: str):
     """Choose the expert GEMM: 'grouped' (torch._grouped_mm), 'loop' (one matmul per expert), 'auto'."""
-    quant._choice("expert GEMM", name, ("auto", "grouped", "loop"))
+    quant.check_choice("expert GEMM", name, ("auto", "grouped", "loop"))
     GEMM["name"] = name
 
 
@@ -131,7 +131,7 @@ def _gmm_wgrad(dy_MN, x_MK, offs_E):
 
 def _fake_quantize(t, spec, dim, signs, keep_rotated, offs_E):
     """quant.fake_quantize of an [E, N, K] weight or an [M, ·] buffer, each expert's slice on its own.
-    SR draws from torch's global generators, as in quant._gemm_operands."""
+    SR draws from torch's global generators, as in quant.gemm_operands."""
     q = lambda p, d: quant.fake_quantize(p, spec, d, signs=signs, keep_rotated=keep_rotated)
     if spec.scale != "e4m3" and not spec.block_2d:  # every block lies inside one expert: one call
         # [E, N, K] along N: the columns of [E·N, K] (the kernels read them in place, no transpose)
@@ -149,15 +149,15 @@ def _quantize_groups(q, t_M, dim, offs_E):
 
 
 def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, offs_E):
-    """quant._gemm_operands for grouped GEMMs: the same keep_rotated rule."""
-    both = quant._rotated(spec_a, spec_b)
-    return [t if s is None else quant._dequantize(t, both) if isinstance(t, quant.QTensor)
+    """quant.gemm_operands for grouped GEMMs: the same keep_rotated rule."""
+    both = quant.both_rotated(spec_a, spec_b)
+    return [t if s is None else quant.dequantize_any(t, both) if isinstance(t, quant.QTensor)
             else _fake_quantize(t, s, d, signs, both, offs_E) for t, s, d in ((a, spec_a, dim_a), (b, spec_b, dim_b))]
 
 
 def _packs(recipe) -> bool:
-    """recipe.pack_saved for the experts: quant._packs, and no e4m3 scale (its tensor scale is per expert)."""
-    return quant._packs(recipe) and recipe.wgrad_x.scale != "e4m3"
+    """recipe.pack_saved for the experts: quant.packs_saved, and no e4m3 scale (its tensor scale is per expert)."""
+    return quant.packs_saved(recipe) and recipe.wgrad_x.scale != "e4m3"
 
 
 class _GroupedLinearFn(torch.autograd.Function):
@@ -354,7 +354,7 @@ def convert_experts(model, recipe):
     """Give the routed experts of model.layers the recipe (after quant.convert; same bf16_first/last)."""
     recipe = quant.RECIPES[recipe] if isinstance(recipe, str) else recipe
     n = len(model.layers)
-    first, last = quant._n_blocks(recipe.bf16_first, n), quant._n_blocks(recipe.bf16_last, n)
+    first, last = quant.n_blocks(recipe.bf16_first, n), quant.n_blocks(recipe.bf16_last, n)
     for i, ffn in _moe_layers(model):
         if first <= i < n - last:
             ffn.experts.recipe = recipe

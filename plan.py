@@ -120,14 +120,14 @@ def joined(block) -> tuple:
     """Whether quant.linears runs (wq, wk, wv) and the MLP's or shared experts' (w1, w3) as one quantized
     linear (one kept copy of their input)."""
     mlp = block.ffn.shared if isinstance(block.ffn, moe.MoE) else block.ffn
-    return (quant._joinable([block.attn.wq, block.attn.wk, block.attn.wv]),
-            mlp is not None and quant._joinable([mlp.w1, mlp.w3]))
+    return (quant.joinable([block.attn.wq, block.attn.wk, block.attn.wv]),
+            mlp is not None and quant.joinable([mlp.w1, mlp.w3]))
 
 
 def packed_bytes(recipe, experts: bool = False) -> float:
-    """Bytes per element of X kept as codes + scales (recipe.pack_saved: quant._packs, moe._packs for
+    """Bytes per element of X kept as codes + scales (recipe.pack_saved: quant.packs_saved, moe._packs for
     the routed experts' grouped GEMMs), else 0."""
-    if not (moe._packs(recipe) if experts else quant._packs(recipe)):
+    if not (moe._packs(recipe) if experts else quant.packs_saved(recipe)):
         return 0.0
     s = recipe.wgrad_x
     return 0.5 + (4 if s.scale == "fp32" else 1) / s.block

@@ -61,7 +61,7 @@ ROLES = ("fprop_x", "fprop_w", "dgrad_dy", "dgrad_w", "wgrad_dy", "wgrad_x")
 GEMMS = {"fprop": ("fprop_x", "fprop_w"), "dgrad": ("dgrad_dy", "dgrad_w"), "wgrad": ("wgrad_dy", "wgrad_x")}
 
 
-def _choice(what, value, valid):
+def check_choice(what, value, valid):
     if value not in valid:
         raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(map(str, valid))}")
 
@@ -78,12 +78,12 @@ class QuantSpec:
     max_level: Optional[float] = None  # a smaller g_max, e.g. E2M1 limited to 2.0
 
     def __post_init__(self):
-        _choice("grid", self.grid, list(GRIDS))
-        _choice("block", self.block, BLOCKS)
-        _choice("scale", self.scale, SCALES)
-        _choice("rounding", self.rounding, ROUNDINGS)
+        check_choice("grid", self.grid, list(GRIDS))
+        check_choice("block", self.block, BLOCKS)
+        check_choice("scale", self.scale, SCALES)
+        check_choice("rounding", self.rounding, ROUNDINGS)
         if self.max_level is not None:
-            _choice(f"max_level for grid {self.grid}", self.max_level, GRIDS[self.grid][1:])
+            check_choice(f"max_level for grid {self.grid}", self.max_level, GRIDS[self.grid][1:])
         if self.block_2d and (self.block != 16 or self.rht):
             raise ValueError("block_2d (16x16 weight tiles) needs block=16 and rht=False")
         # asked for on every quantize call: computed once (not a field: eq and hash ignore it)
@@ -223,7 +223,7 @@ BACKEND = {"name": "auto", "logged": set()}  # 'auto' (Triton on CUDA), 'torch' 
 
 def set_backend(name: str):
     """Choose the quantizer: 'torch' (reference), 'triton' (kernels.py; error where unavailable), 'auto'."""
-    _choice("quant backend", name, ("auto", "torch", "triton"))
+    check_choice("quant backend", name, ("auto", "torch", "triton"))
     BACKEND["name"] = name
 
 
@@ -358,10 +358,10 @@ def _role_set(key, value):
 def recipe_from_overrides(name: str, **overrides) -> Recipe:
     """A named recipe with command-line style overrides, e.g. rht='fprop,wgrad', sr='none',
     grid='int4', scale='e4m3', block='32', max_level='2', bf16_first='1'."""
-    _choice("recipe", name, list(RECIPES))
+    check_choice("recipe", name, list(RECIPES))
     recipe = dataclasses.replace(RECIPES[name])
     for key in overrides:
-        _choice("quant override key", key, _OVERRIDE_KEYS)
+        check_choice("quant override key", key, _OVERRIDE_KEYS)
     types = {"grid": str, "block": int, "scale": str, "max_level": float, "block_2d": bool}
     spec_kw = {k: _parse(k, v, types[k]) for k, v in overrides.items() if k in _SPEC_KEYS}
     if (spec_kw or {"rht", "sr", "pack_saved"} & set(overrides)) and not recipe.quantized():
@@ -395,7 +395,7 @@ def recipe_from_overrides(name: str, **overrides) -> Recipe:
     return recipe
 
 
-def _n_blocks(count_or_fraction, n: int) -> int:
+def n_blocks(count_or_fraction, n: int) -> int:
     v = count_or_fraction
     return round(v * n) if isinstance(v, float) and v < 1 else int(v)
 
@@ -408,16 +408,16 @@ def _n_blocks(count_or_fraction, n: int) -> int:
 MONITOR = None
 
 
-def _rotated(spec_a, spec_b) -> bool:
+def both_rotated(spec_a, spec_b) -> bool:
     """Both operands of a GEMM are rotated by the same RHT: they stay in the rotated basis."""
     return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
 
 
-def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", amax=(None, None)):
+def gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", amax=(None, None)):
     """Fake-quantize the two operands of one GEMM (_operand; amax: their e4m3 tensor amaxes where
     known). If both are rotated by the same RHT they stay in the rotated basis (the product is
     unchanged); otherwise each is rotated back."""
-    both = _rotated(spec_a, spec_b)
+    both = both_rotated(spec_a, spec_b)
     # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
     qa, qb = _operand(a, spec_a, dim_a, signs, both, amax[0]), _operand(b, spec_b, dim_b, signs, both, amax[1])
     if MONITOR is not None and roles is not None:
@@ -444,7 +444,7 @@ def _quantize_any(x, spec, dim, signs, amax=None) -> QTensor:
     return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, s)
 
 
-def _dequantize(qt: QTensor, keep_rotated: bool) -> torch.Tensor:
+def dequantize_any(qt: QTensor, keep_rotated: bool) -> torch.Tensor:
     """qt.dequantize(keep_rotated=...), through the Triton kernel where the kernels run (traced: the
     operator nanofp4::dequantize), with the same bits."""
     if not _use_kernels(qt.codes):
@@ -461,7 +461,7 @@ def _dequantize(qt: QTensor, keep_rotated: bool) -> torch.Tensor:
     return y.movedim(-1, qt.dim)
 
 
-def _packs(recipe) -> bool:
+def packs_saved(recipe) -> bool:
     """recipe.pack_saved applies: X for wgrad is quantized deterministically (RTNE) in 1-D blocks and
     no monitor needs X itself; the codes then dequantize to exactly the operand the backward would make."""
     s = recipe.wgrad_x
@@ -518,10 +518,10 @@ class _Parts(tuple):
 def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     """The GEMM operand of t: fake_quantize(t); t's dequantization if it is kept packed (QTensor); or
     for _Parts, the joined operand with every part quantized as it would be on its own. No block
-    spans two parts (_joinable), so without a tensor scale that is one call on the joined tensor
+    spans two parts (joinable), so without a tensor scale that is one call on the joined tensor
     (SR's draws grouped otherwise); with e4m3 scales each part keeps its own tensor scale (amax[i])."""
     if isinstance(t, QTensor):
-        return _dequantize(t, keep_rotated)
+        return dequantize_any(t, keep_rotated)
     if not isinstance(t, _Parts):
         return t if spec is None else fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
     if spec is not None and spec.scale != "e4m3":  # one kernel launch instead of one a part
@@ -558,10 +558,10 @@ class _QLinearFn(torch.autograd.Function):
     def forward(ctx, x, bias, recipe, signs, layer, *w_parts):
         r = recipe
         x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
-        packs = _packs(r)
+        packs = packs_saved(r)
         amax = _amax_both(x2, r.fprop_x, r.wgrad_x, signs) if packs else (None, None)
         amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
-        qx, qw = _gemm_operands(x2, r.fprop_x, -1, _Parts(w_parts, 0), r.fprop_w, -1, signs, GEMMS["fprop"], layer,
+        qx, qw = gemm_operands(x2, r.fprop_x, -1, _Parts(w_parts, 0), r.fprop_w, -1, signs, GEMMS["fprop"], layer,
                                 amax=(amax[0], [a[0] for a in amax_w]))   # qw: [N, K] joined
         y = qx @ qw.t()                                                 # [M, N]
         y = (y if bias is None else y + bias).reshape(*x.shape[:-1], y.shape[-1])
@@ -579,10 +579,10 @@ class _QLinearFn(torch.autograd.Function):
         dy_parts = [dy.reshape(-1, dy.shape[-1]).to(w_parts[0].dtype) for dy in dys]   # [M, N_i]
         amax = [_amax_both(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
         dy = _Parts(dy_parts, 1)                                        # [M, N] joined
-        qdy, qw = _gemm_operands(dy, r.dgrad_dy, -1, _Parts(w_parts, 0), r.dgrad_w, 0, signs, GEMMS["dgrad"],
+        qdy, qw = gemm_operands(dy, r.dgrad_dy, -1, _Parts(w_parts, 0), r.dgrad_w, 0, signs, GEMMS["dgrad"],
                                  ctx.layer, amax=([a[0] for a in amax], amax_w))
         dx = qdy @ qw                                                   # [M, K]
-        qdy, qx = _gemm_operands(dy, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
+        qdy, qx = gemm_operands(dy, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
                                  amax=([a[1] for a in amax], None))
         dws = (qdy.t() @ qx).split([p.shape[0] for p in w_parts])      # [N_i, K] each
         db = _joined([d.sum(0) for d in dy_parts]) if ctx.has_bias else None
@@ -637,7 +637,7 @@ class QLinear(nn.Linear):
         return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"
 
 
-def _joinable(layers) -> bool:
+def joinable(layers) -> bool:
     """Whether linears that read one input can share one _QLinearFn: QLinears of one quantized recipe
     (so one RHT seed: convert and resample_rht set it per recipe; reading rht_seed here would make
     compiled graphs guard on it), every output width a whole number of blocks (so no block or RHT
@@ -655,12 +655,12 @@ def _joinable(layers) -> bool:
 
 def linears(x, *layers):
     """(layer(x) for layer in layers) for linears that read the same x (q, k, v; w1, w3). Quantized
-    ones that can (_joinable) share one _QLinearFn: x is quantized once per role instead of once per
+    ones that can (joinable) share one _QLinearFn: x is quantized once per role instead of once per
     layer, and their weights join along N into one GEMM of each kind (one dX, no sum of three).
     Every weight and output gradient is quantized as the layers apart quantize it (its own e4m3
     tensor scale too); the sums of the GEMMs and the stochastic-rounding draws are grouped
     differently."""
-    if len(layers) < 2 or not _joinable(layers):
+    if len(layers) < 2 or not joinable(layers):
         return tuple(layer(x) for layer in layers)
     bias = None if all(m.bias is None for m in layers) else torch.cat(
         [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
@@ -673,7 +673,7 @@ def convert(model: nn.Module, recipe) -> nn.Module:
     MoE routers are never touched."""
     recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
     n = len(model.layers)
-    first, last = _n_blocks(recipe.bf16_first, n), _n_blocks(recipe.bf16_last, n)
+    first, last = n_blocks(recipe.bf16_first, n), n_blocks(recipe.bf16_last, n)
     for i, block in enumerate(model.layers):
         if i < first or i >= n - last:
             continue

@@ -2,7 +2,7 @@
 
 The references are written here from the definitions, not from moe.py: a per-token loop over each
 token's chosen experts (routing re-derived from the scores), per-expert compositions of
-quant._gemm_operands / fake_quantize on zero-padded token groups (docs/NUMERICS.md §6), the
+quant.gemm_operands / fake_quantize on zero-padded token groups (docs/NUMERICS.md §6), the
 DeepSeek-V3 balance loss by its formula, and hand-counted preset sizes.
 """
 import dataclasses
@@ -232,7 +232,7 @@ def test_seq_aux_loss_matches_formula():
                                                               for n in ['ufp4', 'mxfp4']]))
 def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, name, backend, pack):
     """y, dX and dW of every expert = its own tokens, zero-padded to the block, through
-    quant._gemm_operands (the six roles) with the PyTorch reference; an expert with no tokens gets
+    quant.gemm_operands (the six roles) with the PyTorch reference; an expert with no tokens gets
     dW = 0. backend: the quantizer of the grouped path (triton: the kernels, in the CPU interpreter);
     pack: recipe.pack_saved (x kept as the wgrad operand's codes + scales)."""
     monkeypatch.setitem(quant.BACKEND, 'name', backend)
@@ -259,9 +259,9 @@ def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, nam
             continue
         pad = lambda t: torch.cat([t, t.new_zeros(-(-n // align) * align - n, t.shape[1])])
         xe, dye, we = pad(x_T[expert_T == e]), pad(dy_T[expert_T == e]), w[e].detach()
-        qx, qw = quant._gemm_operands(xe, r.fprop_x, -1, we, r.fprop_w, -1, signs)
-        qdy, qw2 = quant._gemm_operands(dye, r.dgrad_dy, -1, we, r.dgrad_w, 0, signs)
-        qdy3, qx3 = quant._gemm_operands(dye, r.wgrad_dy, 0, xe, r.wgrad_x, 0, signs)
+        qx, qw = quant.gemm_operands(xe, r.fprop_x, -1, we, r.fprop_w, -1, signs)
+        qdy, qw2 = quant.gemm_operands(dye, r.dgrad_dy, -1, we, r.dgrad_w, 0, signs)
+        qdy3, qx3 = quant.gemm_operands(dye, r.wgrad_dy, 0, xe, r.wgrad_x, 0, signs)
         re = rows[expert_T == e]
         torch.testing.assert_close(y_M.detach()[re], (qx @ qw.t())[:n], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(x_M.grad[re], (qdy @ qw2)[:n], rtol=1e-5, atol=1e-5)

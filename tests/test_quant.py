@@ -1085,12 +1085,12 @@ def test_linears_stay_apart_when_they_cannot_join():
     odd = [quant.QLinear(32, 24, bias=False, recipe=r), quant.QLinear(32, 16, bias=False, recipe=r)]
     mixed = [quant.QLinear(32, 16, bias=False, recipe=r), quant.QLinear(32, 16, bias=False, recipe=quant.RECIPES["e2m1"])]
     plain = [torch.nn.Linear(32, 16, bias=False), quant.QLinear(32, 16, bias=False, recipe=r)]
-    assert not any(quant._joinable(ls) for ls in (odd, mixed, plain))
+    assert not any(quant.joinable(ls) for ls in (odd, mixed, plain))
     ok = [quant.QLinear(32, 16, bias=False, recipe=r), quant.QLinear(32, 32, bias=False, recipe=r)]
-    assert quant._joinable(ok)
+    assert quant.joinable(ok)
     quant.MONITOR = lambda *a, **k: None
     try:
-        assert not quant._joinable(ok)
+        assert not quant.joinable(ok)
     finally:
         quant.MONITOR = None
 
