@@ -404,7 +404,7 @@ def n_blocks(count_or_fraction, n: int) -> int:
 # The quantization monitor: a trainer sets MONITOR to a callable on the (eager) steps it wants to
 # measure; every quantized operand is then reported as
 #   MONITOR(layer, role, x, x_hat, spec, dim, signs=signs, rotated=both_rotated)
-# (see analysis/monitor.py for the statistics). None, the default, costs nothing.
+# (see monitor.py for the statistics). None, the default, costs nothing.
 MONITOR = None
 
 

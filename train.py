@@ -543,7 +543,7 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
             moe.resample_rht(raw_model, step)
         loss_sum, monitor = torch.zeros((), device=device), None
         if cfg.log.quant_stats_interval and (step + 1) % cfg.log.quant_stats_interval == 0:
-            from analysis.monitor import Recorder  # statistics of every quantized operand (quant.MONITOR)
+            from monitor import Recorder  # statistics of every quantized operand (quant.MONITOR)
             monitor = quant.MONITOR = Recorder()
         for micro in range(cfg.data.grad_accum):
             i = micro * world + rank  # this micro-batch's index in the step's global batch

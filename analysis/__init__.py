@@ -11,8 +11,8 @@
     python -m analysis.sweep --study dense-small --out runs/study --results LOGS_DIR --gpus 0 --jobs 4
     python -m analysis.scaling_fit runs/sweep
 
-Run them from the repository root (they import quant, model and train from there). monitor.py holds
-the per-operand statistics a training run can log; stats.py the t intervals and the seed count for a
+Run them from the repository root (they import quant, model and train from there). The per-operand
+statistics a training run can log are ../monitor.py; stats.py the t intervals and the seed count for a
 given interval; paper.json the UFP4 paper's figures that verdict quotes. Figures are PNGs (matplotlib, a plotting-only
 dependency); every command also prints and writes its tables as markdown.
 """

@@ -37,7 +37,7 @@ import quant
 import rht as rht_lib
 import train
 from analysis import OUT, md_table, pyplot
-from analysis.monitor import stats
+from monitor import stats
 from model import Transformer, get_config
 
 DISTRIBUTIONS = ("gaussian", "laplace", "student-t3")

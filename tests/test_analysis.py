@@ -13,8 +13,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import monitor  # noqa: E402
 import quant  # noqa: E402
-from analysis import analyze, compare, gradients, monitor, runlog, scaling_fit, stats, sweep, verdict  # noqa: E402
+from analysis import analyze, compare, gradients, runlog, scaling_fit, stats, sweep, verdict  # noqa: E402
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 PLOTS = [] if HAS_MPL else ["--no-plots"]
