@@ -5,10 +5,10 @@ study (a fixed list of recipe/ablation runs of one model), run one after another
     python -m analysis.sweep --ladder gpu-ladder --recipes bf16,ufp4,e2m1 --out runs/sweep --tokens-per-param 4
     python -m analysis.sweep --ladder tiny-ladder --recipes bf16,ufp4 --out /tmp/sweep \\
         --tokens-per-param 0.5 --set data.dir=/tmp/data --set model.vocab_size=128
-    python -m analysis.compare /tmp/sweep/*/ --baseline /tmp/sweep/*-bf16-*/ --last 20
+    python -m analysis.compare /tmp/sweep/*/
     python -m analysis.scaling_fit /tmp/sweep
     python -m analysis.sweep --study recipes-small,recipes-moe-small --out runs/science --gpus 0,1 \\
-        --jobs 4 --set data.dir=data/registry-mix --set train.compile=false
+        --jobs 4 --set data.dir=data/registry-mix      # compiled (CUDA graphs on one GPU), as the configs say
 
 Parallel runs. With --gpus, runs start as soon as a slot is free: --jobs runs at a time on each GPU
 (CUDA_VISIBLE_DEVICES), the most compute first. Small models leave an H200 mostly idle, so several runs on one
@@ -48,6 +48,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -282,9 +283,10 @@ def report(k: int, n: int, run: dict, seconds: float, results=None):
     """Print a finished run's last loss; write its compact log into results (a directory) if given."""
     if results is not None:
         runlog.pack(run["dir"], results)
-    last = json.loads((Path(run["dir"]) / "log.jsonl").read_text().splitlines()[-1])
+    recs = [json.loads(line) for line in (Path(run["dir"]) / "log.jsonl").read_text().splitlines()]
+    last, speed = recs[-1], statistics.median(r["tok_s"] for r in recs[len(recs) // 10:])  # past compiling
     print(f"[{k}/{n}] {run['name']}: loss {last['loss']:.4f} val {last.get('val_loss', float('nan')):.4f} "
-          f"in {seconds:.0f}s", flush=True)
+          f"in {seconds:.0f}s, {speed:,.0f} tok/s", flush=True)
 
 
 def run_pool(runs: list, gpus: list, jobs: int, nproc: int, results=None):

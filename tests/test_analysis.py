@@ -435,6 +435,15 @@ def test_sweep_trains_a_compute_matched_ladder(tiny_sweep, capsys):
         sweep.main(argv[:2] + ["--recipes", "bf16,fp5", "--out", str(out), "--dry-run"])
 
 
+def test_sweep_report_prints_tokens_per_second(tmp_path, capsys):
+    """A finished run's line: last loss, val, and the median tokens/s past the first tenth (compiling)."""
+    recs = [{"step": i + 1, "loss": 5.0, "tok_s": 10.0 if i == 0 else 1000.0 + i} for i in range(21)]
+    recs[-1]["val_loss"] = 5.5
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    sweep.report(1, 2, {"dir": str(tmp_path), "name": "r"}, 12.0)
+    assert capsys.readouterr().out.strip() == "[1/2] r: loss 5.0000 val 5.5000 in 12s, 1,011 tok/s"
+
+
 def test_tools_read_the_sweep(tiny_sweep, tmp_path):
     out, runs, _ = tiny_sweep
     dirs = [r["dir"] for r in runs]
