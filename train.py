@@ -169,7 +169,7 @@ USAGE = 'usage: python train.py CONFIG.toml [--section.key=value ...] [--sample 
 RANGES = {'data.batch_size': '>= 1', 'data.grad_accum': '>= 1', 'data.eval_batches': '>= 1',
           'train.max_steps': '>= 1', 'train.seed': '>= 0', 'train.eval_interval': '>= 1',
           'train.ckpt_interval': '>= -1 (0: at the end only, -1: none)', 'train.stop_after': '>= 0',
-          'optim.lr': '> 0', 'optim.min_lr_ratio': '[0, 1]', 'optim.warmup_steps': '>= 0', 'optim.decay_frac': '[0, 1]',
+          'optim.lr': '>= 0', 'optim.min_lr_ratio': '[0, 1]', 'optim.warmup_steps': '>= 0', 'optim.decay_frac': '[0, 1]',
           'optim.weight_decay': '>= 0', 'optim.beta1': '[0, 1)', 'optim.beta2': '[0, 1)', 'optim.eps': '> 0',
           'optim.grad_clip': '>= 0 (0: no clipping)', 'log.quant_stats_interval': '>= 0 (0: never)',
           'sample.num_samples': '>= 1', 'sample.max_new_tokens': '>= 1', 'sample.temperature': '>= 0 (0: greedy)',
