@@ -312,9 +312,6 @@ def parallel_mode(c: TrainConfig, world: int) -> str:
     mode = c.parallel if c.parallel != 'auto' else 'fsdp' if world > 1 or torchrun else 'none'
     if mode == 'none' and world > 1:
         raise SystemExit(f'train.parallel=none is one process, but {world} were started; use fsdp or ddp')
-    if c.compile and c.compile_mode == 'reduce-overhead' and mode != 'none':
-        raise SystemExit(f'train.compile_mode=reduce-overhead (CUDA graphs) runs in one process, not under '
-                         f'{mode}; use train.compile_mode=auto or default there')
     return mode
 
 
@@ -330,6 +327,9 @@ def compile_mode(c: TrainConfig, mode: str, device) -> tuple:
     if c.compile_mode == 'reduce-overhead' and device.type != 'cuda':
         raise SystemExit(f'train.compile_mode=reduce-overhead captures CUDA graphs, and this run is on {device}; '
                          'use train.compile_mode=auto or default')
+    if c.compile_mode == 'reduce-overhead' and mode != 'none':
+        raise SystemExit(f'train.compile_mode=reduce-overhead (CUDA graphs) runs in one process, not under '
+                         f'{mode}; use train.compile_mode=auto or default there')
     if c.compile_mode != 'auto':
         return c.compile_mode, f'train.compile_mode={c.compile_mode}'
     if device.type != 'cuda':

@@ -202,9 +202,11 @@ def test_bad_key_names_the_nearest(data_dir, tmp_path):
 
 def test_cuda_graphs_need_one_process():
     c = train.TrainConfig(compile=True, compile_mode='reduce-overhead', parallel='ddp')
+    mode = train.parallel_mode(c, 1)
     with pytest.raises(SystemExit, match='reduce-overhead.*one process'):
-        train.parallel_mode(c, 1)
-    assert train.parallel_mode(dataclasses.replace(c, parallel='none'), 1) == 'none'
+        train.compile_mode(c, mode, torch.device('cuda', 0))
+    none = dataclasses.replace(c, parallel='none')
+    assert train.compile_mode(none, train.parallel_mode(none, 1), torch.device('cuda', 0))[0] == 'reduce-overhead'
 
 
 def test_compile_mode_auto_and_errors():
