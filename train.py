@@ -669,6 +669,7 @@ def main(argv=None):
             return export(cfg, world)
         with rundir.stop_signals() as stop:
             ckpt = train(cfg, rank, world, device, stop)
+        dist.barrier()  # no rank tears the process group down while another still uses it
         if rank == 0:
             print(rundir.where(Path(cfg.log.out_dir), ckpt, argv[0]))
     except rundir.Stopped as e:
