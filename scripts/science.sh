@@ -8,6 +8,9 @@
 #   scripts/science.sh STUDY DATA_DIR OUT_DIR RESULTS_DIR [GPUS] [JOBS_PER_GPU] [analysis.sweep args ...]
 #   scripts/science.sh dense-small data/registry-mix runs/study bench/results/study 0 4 \
 #       --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339          # the pilot
+# DATA_DIR may also be the corpus packed for the trip to a GPU machine (uint16 shards, 67 MB -> 24 MB):
+#   tar -C data -cJf runs/registry-mix.tar.xz registry-mix
+# it is unpacked once into OUT_DIR/data/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 4 ]; then
@@ -17,6 +20,12 @@ fi
 study=$1; data=$2; out=$3; results=$4; gpus=${5:-0}; jobs=${6:-4}
 shift $(( $# < 6 ? $# : 6 ))
 py=${PYTHON:-python}
+if [[ "$data" == *.tar.xz ]]; then
+    name=$(basename "$data" .tar.xz)
+    [ -f "$out/data/$name/meta.json" ] || { mkdir -p "$out/data" && tar -C "$out/data" -xJf "$data"; }
+    [ -f "$out/data/$name/meta.json" ] || { echo "$data holds no $name/meta.json" >&2; exit 2; }
+    data=$out/data/$name
+fi
 
 "$py" -m analysis.sweep --study "$study" --out "$out" --results "$results/logs" --gpus "$gpus" --jobs "$jobs" \
     --set data.dir="$data" "$@"
