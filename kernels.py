@@ -23,11 +23,12 @@ combination); the public functions; the torch.library operators nanofp4::* and t
 (*_op: the operator when traced by torch.compile, its body otherwise).
 """
 
+import collections
 import functools
 import math
 import os
 import struct
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 import triton
@@ -455,21 +456,6 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
 # The e4m3 tensor amax (the first pass): persistent grids, each program reading tile after tile (tile p,
 # p + P, ...; `while` loops: the interpreter cannot run tl.range with runtime bounds) and making one atomic max.
 @triton.jit
-def _amax_kernel(x_ptr, amax_ptr, N, BLOCK: tl.constexpr, MASK: tl.constexpr, INF: tl.constexpr,
-                 SHIFT: tl.constexpr, I64: tl.constexpr):
-    """Without RHT: the fp32 bits of max |x| over the finite elements, x given as its N integer bit
-    patterns (bf16: int16, fp32: int32): |x| is bits & MASK, non-finite from INF up."""
-    acc = tl.zeros((BLOCK,), tl.int32)
-    i, n_blocks = tl.program_id(0), tl.cdiv(N, BLOCK)
-    while i < n_blocks:
-        o = (i.to(tl.int64) if I64 else i) * BLOCK + tl.arange(0, BLOCK)
-        a = tl.load(x_ptr + o, mask=o < N, other=0).to(tl.int32) & MASK
-        acc = tl.maximum(acc, tl.where(a < INF, a, 0))
-        i += tl.num_programs(0)
-    tl.atomic_max(amax_ptr, tl.max(acc) << SHIFT)
-
-
-@triton.jit
 def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr):
     """Groups v [BM, NG, 8, 2] -> max |v| per group [BM, NG], rotated (4x: the butterfly's 0.25 is the
     caller's) if RHT. EXACT: over the finite values. Else a float max: the same for finite groups,
@@ -484,33 +470,34 @@ def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _rht_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
-              EXACT: tl.constexpr):
-    """max |v| over this program's tiles of the rotated [M, K] view (_group_max's)."""
+def _tiles_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr, I64: tl.constexpr,
+                RHT: tl.constexpr, EXACT: tl.constexpr):
+    """max |v| over this program's tiles of the [M, K] view (_group_max's)."""
     n_g = tl.cdiv(K // 16, NG)
     n_tiles = n_g * tl.cdiv(M, BM)
     acc = tl.zeros((BM, NG), tl.float32)
     i = tl.program_id(0)
     while i < n_tiles:
         _, _, mask, base = _tile_offsets(i // n_g, i % n_g, M, K, BM, NG, COLWISE, I64)
-        acc = _max_nan(acc, _group_max(_load_tile(x_ptr, base, mask, M, COLWISE), signs, True, EXACT))
+        acc = _max_nan(acc, _group_max(_load_tile(x_ptr, base, mask, M, COLWISE), signs, RHT, EXACT))
         i += tl.num_programs(0)
     return tl.reduce(tl.reduce(acc, 1, _max_nan), 0, _max_nan)
 
 
 @triton.jit
-def _amax_rht_kernel(x_ptr, signs_ptr, amax_ptr, M, K, BM: tl.constexpr, NG: tl.constexpr, COLS: tl.constexpr,
-                     I64: tl.constexpr):
-    """With RHT along the [M, K] view (COLS: as _quantize_kernel's): the float max of _rht_amax, its
-    exact one where the program met a non-finite group. max |v| * 0.25 = max |v * 0.25| (scaling by 0.25
-    is monotone and keeps finiteness), so the butterfly's 0.25 is applied once, to the maximum."""
+def _amax_kernel(x_ptr, signs_ptr, amax_ptr, M, K, BM: tl.constexpr, NG: tl.constexpr, COLS: tl.constexpr,
+                 I64: tl.constexpr, RHT: tl.constexpr):
+    """amax_ptr[0] = the fp32 bits of max |x| over the finite elements of the [M, K] view (COLS: as
+    _quantize_kernel's), after RHT along K if RHT: the float max of _tiles_amax, its exact one where the
+    program met a non-finite group. max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone and
+    keeps finiteness), so the butterfly's 0.25 is applied once, to the maximum."""
     if COLS != 0:
         M = COLS
     signs = _signs(signs_ptr)
-    amax = _rht_amax(x_ptr, signs, M, K, BM, NG, COLS != 0, I64, False)
+    amax = _tiles_amax(x_ptr, signs, M, K, BM, NG, COLS != 0, I64, RHT, False)
     if not (amax < float("inf")):
-        amax = _rht_amax(x_ptr, signs, M, K, BM, NG, COLS != 0, I64, True)
-    tl.atomic_max(amax_ptr, (amax * 0.25).to(tl.int32, bitcast=True))
+        amax = _tiles_amax(x_ptr, signs, M, K, BM, NG, COLS != 0, I64, RHT, True)
+    tl.atomic_max(amax_ptr, ((amax * 0.25) if RHT else amax).to(tl.int32, bitcast=True))
 
 
 @triton.jit
@@ -560,10 +547,10 @@ _TILES = {"row": (1, 64, 2), "row_codes": (1, 64, 1), "col": (128, 2, 4), "col_c
           "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "row_codes": (1, 64, 1), "col": (32, 4, 1), "col_codes": (32, 4, 1),
                     "2d": (16, 8, 1), "dequantize": (1, 64, 1)}
-# the tensor-amax passes: (BLOCK elements, num_warps) without RHT, (BM, NG, num_warps) with, (TR, TC,
+# the tensor-amax passes: (BM, NG, num_warps) along rows (and without RHT) or columns, (TR, TC,
 # num_warps[, sync]) for rows and columns from one read; persistent grids of this many programs an SM
-_AMAX_TILES = {"flat": (8192, 8), "row": (1, 256, 4), "col": (64, 4, 4), "both": (64, 64, 4, True)}
-_AMAX_TILES_INTERPRET = {"flat": (256, 1), "row": (1, 8, 1), "col": (16, 2, 1), "both": (32, 32, 1)}
+_AMAX_TILES = {"row": (1, 256, 4), "col": (64, 4, 4), "both": (64, 64, 4, True)}
+_AMAX_TILES_INTERPRET = {"row": (1, 8, 1), "col": (16, 2, 1), "both": (32, 32, 1)}
 _AMAX_PROGRAMS_PER_SM = 8
 
 
@@ -659,17 +646,9 @@ def _tile_input(x: torch.Tensor, colwise: bool) -> torch.Tensor:
     return x.view(torch.int32 if x.dtype == torch.bfloat16 else torch.int64)
 
 
-class _Plan(NamedTuple):
-    """What quantize() derives from its arguments' static properties (cached per combination)."""
-    colwise: bool
-    M: int
-    K: int
-    grid: tuple
-    codes_shape: tuple
-    scales_shape: tuple
-    out_dtype: torch.dtype
-    constexprs: tuple  # (name, value) pairs: the kernel's compile-time arguments, passed by keyword
-    options: tuple
+# what quantize() derives from its arguments' static properties (cached per combination); constexprs:
+# (name, value) pairs, the kernel's compile-time arguments, passed by keyword
+_Plan = collections.namedtuple("_Plan", "colwise M K grid codes_shape scales_shape out_dtype constexprs options")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -744,29 +723,18 @@ def _amax_programs(x: torch.Tensor, interpret: bool, programs: Optional[int]) ->
 
 def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch.Tensor:
     """Launch the tensor-amax pass over x (non-empty) with RHT signs or None; returns the int32 [1]
-    buffer holding the fp32 bits of the amax."""
+    buffer holding the fp32 bits of the amax. Without RHT any order will do: x is read as one row."""
     amax = torch.zeros(1, dtype=torch.int32, device=x.device)
-    programs = _amax_programs(x, interpret, programs)
-    tiles = _AMAX_TILES_INTERPRET if interpret else _AMAX_TILES
-    i64, bf16 = x.numel() >= 2**31, x.dtype == torch.bfloat16
-    if signs is None:  # no RHT: the max of |x|'s bits, read flat in any order
-        block, nw = tile or tiles["flat"]
-        if block & (block - 1):
-            raise ValueError(f"amax tile {tile}: BLOCK must be a power of two")
-        grid = (min(_cdiv(x.numel(), block), programs),)
-        args = dict(x_ptr=x.view(torch.int16 if bf16 else torch.int32), amax_ptr=amax, N=x.numel(), BLOCK=block,
-                    MASK=0x7FFF if bf16 else 0x7FFFFFFF, INF=0x7F80 if bf16 else 0x7F800000, SHIFT=16 if bf16 else 0,
-                    I64=i64)
-        _launch(_amax_kernel, grid, interpret, (("num_warps", nw),),
-                (_amax_kernel, grid, nw, x.numel(), block, x.dtype, x.data_ptr() % 16), args)
-    else:
-        bm, ng, nw = _tile(tile or tiles["col" if colwise else "row"], colwise, 16, False)
-        grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), programs),)
-        xk = _tile_input(x, colwise)
-        args = dict(x_ptr=xk, signs_ptr=signs, amax_ptr=amax, M=M, K=K, BM=bm, NG=ng, COLS=M if colwise else 0, I64=i64)
-        _launch(_amax_rht_kernel, grid, interpret, _amax_options(nw, interpret),
-                (_amax_rht_kernel, grid, nw, M, K, bm, ng, colwise, xk.dtype, xk.data_ptr() % 16,
-                 signs.data_ptr() % 16), args)
+    if signs is None:
+        x, colwise, M, K = x.reshape(-1), False, 1, x.numel()
+    bm, ng, nw = _tile(tile or (_AMAX_TILES_INTERPRET if interpret else _AMAX_TILES)["col" if colwise else "row"],
+                       colwise, 16, False)
+    grid = (min(_cdiv(K // 16, ng) * _cdiv(M, bm), _amax_programs(x, interpret, programs)),)
+    xk = _tile_input(x, colwise)
+    args = dict(x_ptr=xk, signs_ptr=amax if signs is None else signs, amax_ptr=amax, M=M, K=K, BM=bm, NG=ng,
+                COLS=M if colwise else 0, I64=x.numel() >= 2**31, RHT=signs is not None)
+    _launch(_amax_kernel, grid, interpret, _amax_options(nw, interpret), (_amax_kernel, grid, nw, M, K, bm, ng,
+            colwise, signs is not None, xk.dtype, xk.data_ptr() % 16, args["signs_ptr"].data_ptr() % 16), args)
     return amax
 
 
@@ -950,7 +918,7 @@ def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, di
                 tile: Optional[tuple] = None, programs: Optional[int] = None) -> torch.Tensor:
     """max |x| over the finite elements of x, after the RHT along dim if rht_signs are given, as a 0-d
     fp32 tensor: quantize()'s first pass for e4m3 scales, alone (x as quantize takes it). tile:
-    (BLOCK, num_warps) without RHT, (BM, NG, num_warps) with; programs: the persistent grid's size."""
+    (BM, NG, num_warps); programs: the persistent grid's size."""
     interpret = _check_device(x)
     if not x.is_contiguous():
         raise ValueError(f"tensor_amax reads a contiguous tensor; got strides {x.stride()}: call .contiguous()")
@@ -992,28 +960,6 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
     return amax.view(torch.float32)
 
 
-def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode: str = "fp32", sr: bool = False,
-                     rht: bool = False, block_2d: bool = False, dim: int = -1, want_codes: bool = True,
-                     tile: Optional[tuple] = None, arch: int = 90):
-    """The quantize kernel that quantize() would launch for a bf16 | fp32 tensor of this shape (bf16
-    dequantized output unless want_codes), compiled for CUDA compute capability `arch` with no GPU
-    present (Triton's compiler and the ptxas it ships; run it where TRITON_INTERPRET is unset). The
-    result's .asm["cubin"] holds the machine code."""
-    p = _plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
-              True, want_codes, not want_codes, tile, True)
-    bf16 = dtype == torch.bfloat16
-    x_type = ("*i16" if bf16 else "*fp32") if p.colwise else ("*i32" if bf16 else "*i64")
-    types = [x_type, "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
-             ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",
-             "*i32" if scale_mode == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32"]
-    names = _quantize_kernel.arg_names
-    constexprs = dict(p.constexprs, SEED_PTR=False)
-    signature = dict(zip(names, types), **{k: "constexpr" for k in constexprs})
-    hints = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # 16-byte pointers, M and K
-    src = triton.compiler.ASTSource(_quantize_kernel, signature, constexprs, hints)
-    return triton.compile(src, target=triton.backends.compiler.GPUTarget("cuda", arch, 32), options=dict(p.options))
-
-
 # ----------------------------------------------------------------------------- torch.library operators
 # The kernels as PyTorch operators nanofp4::*, so that torch.compile sees one opaque node each (no graph
 # break). Defined with torch.library.Library, not the @custom_op decorator: a compiled graph calls them
@@ -1040,19 +986,35 @@ def _draw_seed() -> int:  # SR without a seed: one from torch's CPU generator (r
     return int(torch.randint(2**31 - 1, ()))
 
 
-def _fake_quantize_impl(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None,
-                        amax=None):
-    """nanofp4::fake_quantize: fake_quantize of x. SR's seed: seed_t (an int32 on x's device) if given,
-    else `seed`, else (seed < 0) one drawn from torch's CPU generator."""
+# Entry points, one per operator, with its signature: traced by torch.compile (or given a tensor
+# subclass), the operator, one node in the graph; eager, its body directly, skipping the dispatcher
+# (hundreds of calls a step). They are the operators' implementations too (no longer traced there).
+def fake_quantize_op(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None,
+                     amax=None):
+    """nanofp4::fake_quantize. SR's seed: seed_t (an int32 on x's device) if given, else `seed`, else
+    (seed < 0) one drawn: traced, on the device inside the graph, so that a replayed graph (a CUDA graph
+    too) draws anew; eager, from torch's CPU generator."""
+    compiling = torch.compiler.is_compiling()
+    if compiling or type(x) not in (torch.Tensor, torch.nn.Parameter):
+        if compiling and sr and seed < 0 and seed_t is None:
+            seed_t = torch.randint(2**31 - 1, (1,), dtype=torch.int32, device=x.device)
+        return torch.ops.nanofp4.fake_quantize(x, list(levels), block, scale_mode, sr, signs, block_2d, dim, seed,
+                                               keep_rotated, seed_t, amax)
     seed = seed_t if seed_t is not None else _draw_seed() if sr and seed < 0 else seed
     return fake_quantize(x.contiguous(), levels=tuple(levels), block=block, scale_mode=scale_mode, sr=sr,
                          rht_signs=signs, block_2d=block_2d, dim=dim, seed=seed, keep_rotated=keep_rotated,
                          tensor_amax=amax)
 
 
-def _fake_quantize_joined_impl(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotated, seed_t,
-                               amaxes):
-    """nanofp4::fake_quantize_joined: fake_quantize_joined of the parts xs; seed_t one seed a part."""
+def fake_quantize_joined_op(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotated, seed_t,
+                            amaxes):
+    """nanofp4::fake_quantize_joined: fake_quantize_joined of the parts xs; SR's seeds, one a part, as
+    fake_quantize_op's."""
+    if torch.compiler.is_compiling():
+        if sr and seed_t is None:
+            seed_t = torch.randint(2**31 - 1, (len(xs),), dtype=torch.int32, device=xs[0].device)
+        return torch.ops.nanofp4.fake_quantize_joined(list(xs), list(levels), block, scale_mode, sr, signs, block_2d,
+                                                      dim, join, keep_rotated, seed_t, list(amaxes))
     seeds = [seed_t[i:i + 1] for i in range(len(xs))] if seed_t is not None else \
         [_draw_seed() if sr else 0 for _ in xs]
     return fake_quantize_joined([x.contiguous() for x in xs], join=join, seeds=seeds, tensor_amaxes=amaxes or None,
@@ -1060,24 +1022,33 @@ def _fake_quantize_joined_impl(xs, levels, block, scale_mode, sr, signs, block_2
                                 block_2d=block_2d, dim=dim, keep_rotated=keep_rotated)
 
 
-def _quantize_codes_impl(x, levels, block, scale_mode, signs, dim, amax=None):
+def quantize_codes_op(x, levels, block, scale_mode, signs, dim, amax=None):
+    """nanofp4::quantize_codes: (codes, scales, tensor scale) of quantize(x, ..., want_dequant=False)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.nanofp4.quantize_codes(x, list(levels), block, scale_mode, signs, dim, amax)
     return tuple(quantize(x.contiguous(), levels=tuple(levels), block=block, scale_mode=scale_mode, rht_signs=signs,
                           dim=dim, want_dequant=False, tensor_amax=amax)[:3])
 
 
-def _dequantize_impl(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
+def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
+    """nanofp4::dequantize: dequantize(codes, scales, tensor_scale, ...)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.nanofp4.dequantize(codes, scales, tensor_scale, list(levels), block, scale_mode, signs,
+                                            keep_rotated, out_dtype)
     return dequantize(codes.contiguous(), scales.contiguous(), tensor_scale, levels=tuple(levels), block=block,
                       scale_mode=scale_mode, rht_signs=signs, keep_rotated=keep_rotated, out_dtype=out_dtype)
 
 
-def _tensor_amax_both_impl(x, signs, row_rht):
+def tensor_amax_both_op(x, signs, row_rht):
+    """nanofp4::tensor_amax_both: tensor_amax_both(x, rht_signs=signs, row_rht=row_rht)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.nanofp4.tensor_amax_both(x, signs, row_rht)
     return tensor_amax_both(x.contiguous(), rht_signs=signs, row_rht=row_rht)
 
 
-_IMPLS = {"fake_quantize": _fake_quantize_impl, "fake_quantize_joined": _fake_quantize_joined_impl,
-          "quantize_codes": _quantize_codes_impl, "dequantize": _dequantize_impl,
-          "tensor_amax_both": _tensor_amax_both_impl}
-for _name, _impl in _IMPLS.items():
+for _name, _impl in (("fake_quantize", fake_quantize_op), ("fake_quantize_joined", fake_quantize_joined_op),
+                     ("quantize_codes", quantize_codes_op), ("dequantize", dequantize_op),
+                     ("tensor_amax_both", tensor_amax_both_op)):
     for _key in ("CUDA", "CPU"):  # CPU: the interpreter (the kernels check TRITON_INTERPRET themselves)
         _LIB.impl(_name, _impl, _key)
 
@@ -1111,50 +1082,3 @@ def _(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotate
 @torch.library.register_fake("nanofp4::tensor_amax_both")
 def _(x, signs, row_rht):
     return x.new_empty((2,), dtype=torch.float32)
-
-
-# Entry points for quant.py: traced by torch.compile, the operator (one node in the graph); eager, the
-# operator's body directly, skipping the dispatcher (hundreds of calls a step).
-def fake_quantize_op(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, amax=None):
-    """nanofp4::fake_quantize. SR without a seed (seed < 0) draws one: traced, an int32 on the device
-    inside the graph, so that a replayed graph (a CUDA graph too) draws anew; eager, from torch's CPU
-    generator. A tensor subclass goes through the operator too."""
-    compiling = torch.compiler.is_compiling()
-    if compiling or type(x) not in (torch.Tensor, torch.nn.Parameter):
-        seed_t = torch.randint(2**31 - 1, (1,), dtype=torch.int32, device=x.device) \
-            if compiling and sr and seed < 0 else None
-        return torch.ops.nanofp4.fake_quantize(x, list(levels), block, scale_mode, sr, signs, block_2d, dim, seed,
-                                               keep_rotated, seed_t, amax)
-    return _fake_quantize_impl(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, None, amax)
-
-
-def fake_quantize_joined_op(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotated, amaxes):
-    """nanofp4::fake_quantize_joined; SR's seeds, one a part, drawn as fake_quantize_op's."""
-    if torch.compiler.is_compiling():
-        seed_t = torch.randint(2**31 - 1, (len(xs),), dtype=torch.int32, device=xs[0].device) if sr else None
-        return torch.ops.nanofp4.fake_quantize_joined(list(xs), list(levels), block, scale_mode, sr, signs, block_2d,
-                                                      dim, join, keep_rotated, seed_t, list(amaxes))
-    return _fake_quantize_joined_impl(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotated,
-                                      None, amaxes)
-
-
-def quantize_codes_op(x, levels, block, scale_mode, signs, dim, amax=None):
-    """nanofp4::quantize_codes: (codes, scales, tensor scale) of quantize(x, ..., want_dequant=False)."""
-    if torch.compiler.is_compiling():
-        return torch.ops.nanofp4.quantize_codes(x, list(levels), block, scale_mode, signs, dim, amax)
-    return _quantize_codes_impl(x, levels, block, scale_mode, signs, dim, amax)
-
-
-def dequantize_op(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype):
-    """nanofp4::dequantize: dequantize(codes, scales, tensor_scale, ...)."""
-    if torch.compiler.is_compiling():
-        return torch.ops.nanofp4.dequantize(codes, scales, tensor_scale, list(levels), block, scale_mode, signs,
-                                            keep_rotated, out_dtype)
-    return _dequantize_impl(codes, scales, tensor_scale, levels, block, scale_mode, signs, keep_rotated, out_dtype)
-
-
-def tensor_amax_both_op(x, signs, row_rht):
-    """nanofp4::tensor_amax_both: tensor_amax_both(x, rht_signs=signs, row_rht=row_rht)."""
-    if torch.compiler.is_compiling():
-        return torch.ops.nanofp4.tensor_amax_both(x, signs, row_rht)
-    return _tensor_amax_both_impl(x, signs, row_rht)

@@ -259,7 +259,7 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
     sr, seed = spec.rounding == "sr", -1 if seed is None else int(seed)
     kdim = -1 if moved or dim == x.dim() - 1 else 0
     y = kernels.fake_quantize_op(xk, spec.levels, spec.block, spec.scale, sr, signs, spec.block_2d, kdim, seed,
-                                 keep_rotated, amax)
+                                 keep_rotated, None, amax)
     return y.movedim(-1, dim) if moved else y
 
 
@@ -512,7 +512,7 @@ def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     sr, dim = spec.rounding == "sr", dim % 2
     amaxes = list(amax) if all(a is not None for a in amax) else []
     return kernels.fake_quantize_joined_op(list(t), spec.levels, spec.block, spec.scale, sr, signs, spec.block_2d,
-                                           dim, t.join, keep_rotated, amaxes)
+                                           dim, t.join, keep_rotated, None, amaxes)
 
 
 def _joined(parts, join: int = 0) -> torch.Tensor:

@@ -954,15 +954,41 @@ def test_empty_input_gives_empty_outputs_of_the_stored_dtypes(scale, dtype):
     assert deq.shape == (0, 64) and float(t) == 1.0
 
 
-# Compiled for a GPU without one (kernels.compile_quantize), in a process without TRITON_INTERPRET.
+# Compiled for a GPU without one (compile_quantize), in a process without TRITON_INTERPRET.
 # (spec, dim, want_codes): every scale mode, RHT on and off, rows and columns, SR, 16x16 tiles; want_codes
 # alone, or the dequantized output alone.
 COMPILE_SCRIPT = r'''
 import sys
 import torch
 sys.path.insert(0, sys.argv[1])
+import triton
 import kernels, quant
 Q = quant.QuantSpec
+
+
+def compile_quantize(shape, dtype, *, levels: tuple, block: int = 16, scale_mode: str = "fp32", sr: bool = False,
+                     rht: bool = False, block_2d: bool = False, dim: int = -1, want_codes: bool = True,
+                     tile=None, arch: int = 90):
+    """The quantize kernel that quantize() would launch for a bf16 | fp32 tensor of this shape (bf16
+    dequantized output unless want_codes), compiled for CUDA compute capability `arch` with no GPU
+    present (Triton's compiler and the ptxas it ships; run it where TRITON_INTERPRET is unset). The
+    result's .asm["cubin"] holds the machine code."""
+    p = kernels._plan(tuple(shape), dtype, False, tuple(levels), block, scale_mode, sr, rht, block_2d, dim, torch.bfloat16,
+              True, want_codes, not want_codes, tile, True)
+    bf16 = dtype == torch.bfloat16
+    x_type = ("*i16" if bf16 else "*fp32") if p.colwise else ("*i32" if bf16 else "*i64")
+    types = [x_type, "*fp32" if want_codes else "*bf16", "*i64" if want_codes else "*fp32",
+             ("*fp32" if scale_mode == "fp32" else "*u8") if want_codes else "*fp32", "*fp32",
+             "*i32" if scale_mode == "e4m3" else "*fp32", "*fp32", "*fp32", "i32", "i32", "i32"]
+    names = kernels._quantize_kernel.arg_names
+    constexprs = dict(p.constexprs, SEED_PTR=False)
+    signature = dict(zip(names, types), **{k: "constexpr" for k in constexprs})
+    hints = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # 16-byte pointers, M and K
+    src = triton.compiler.ASTSource(kernels._quantize_kernel, signature, constexprs, hints)
+    return triton.compile(src, target=triton.backends.compiler.GPUTarget("cuda", arch, 32), options=dict(p.options))
+
+
+
 cases = [(Q("e2m1", 16, "fp32"), d, c) for d in (-1, 0) for c in (True, False)] + [
     (Q("e2m1", 32, "e8m0"), -1, True), (Q("e2m1", 32, "e8m0"), 0, False),
     (Q("e2m1", 32, "e8m0", rht=True), -1, False),
@@ -971,12 +997,12 @@ cases = [(Q("e2m1", 16, "fp32"), d, c) for d in (-1, 0) for c in (True, False)] 
     (Q("e1m2", 16, "fp32", rht=True), -1, False), (Q("e2m1", 16, "fp32", block_2d=True), -1, True),
     (Q("e2m1", 16, "fp32", block_2d=True), -1, False), (Q("e1m2", 16, "fp32", rht=True), 0, True)]
 for spec, dim, codes in cases:
-    k = kernels.compile_quantize((4096, 4096), torch.bfloat16, levels=spec.levels, block=spec.block,
+    k = compile_quantize((4096, 4096), torch.bfloat16, levels=spec.levels, block=spec.block,
                                  scale_mode=spec.scale, sr=spec.rounding == "sr", rht=spec.rht, block_2d=spec.block_2d,
                                  dim=dim, want_codes=codes)
     print("compiled", spec, "dim", dim, "codes" if codes else "dequant", flush=True)
 print("cases", len(cases))
-import os, re, subprocess, tempfile, triton
+import os, re, subprocess, tempfile
 names = kernels._amax_both_kernel.arg_names
 tr, tc, nw, sync = kernels._AMAX_TILES["both"]
 sig = dict(zip(names, ["*i32", "*i16", "*fp32", "*i32", "i32"]), **{n: "constexpr" for n in names[5:]})
