@@ -18,9 +18,8 @@ tile's scales lie in a range it checks; a tile outside divides the IEEE way), an
 level by adding 2**23 times the level spacing. docs/KERNELS.md gives the layout of a program and the
 proofs; tests/test_kernels.py checks every path against quant.py.
 
-Sections: jit helpers; kernels; launch planning (_plan, validated and cached per argument
-combination); the public functions; the torch.library operators nanofp4::* and their entry points
-(*_op: the operator when traced by torch.compile, its body otherwise).
+Sections: jit helpers; kernels; launch planning; public functions; torch.library operators nanofp4::*
+with one entry point each (*_op: the operator when traced by torch.compile, its body otherwise).
 """
 
 import collections
@@ -39,10 +38,9 @@ SCALE_MODES = {"fp32": 0, "e4m3": 1, "e8m0": 2}  # the kernels' SCALE: FP32, E4M
 FP32, E4M3, E8M0 = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 OUT_F32, OUT_BF16, OUT_BF16_BITS = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # OUT_BF16_BITS: the
 # interpreter, whose bf16 casts are wrong, gets bf16 rounded with integer ops
-# Rounds of Philox4x32 for stochastic rounding. Its authors (Salmon et al., SC'11) found 7 rounds to pass
-# TestU01's BigCrush and chose 10 as a margin (tl.randint4x's default); 7 make the SR kernel ~10% faster
-# (bench/kernels_bench.py times both), and the SR tests check its statistics.
-PHILOX_ROUNDS = 7  # read when a launch plan is made (_plan caches it: cache_clear() after a change)
+# Philox4x32 rounds for SR: 7 pass TestU01's BigCrush (Salmon et al., SC'11; tl.randint4x's default 10 is
+# a margin) and make SR ~10% faster. Read by _plan, which caches it: cache_clear() after a change.
+PHILOX_ROUNDS = 7
 # The fast division needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma twice, so it
 # divides the IEEE way unless its FMA has been made exact (tests/conftest.py does so and sets this).
 INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
@@ -272,12 +270,10 @@ def _outside_fast_range(v, TOP: tl.constexpr = _FAST_TOP):
 @triton.jit
 def _scaled(x, f, SCALE: tl.constexpr, G: tl.constexpr, UNIFORM: tl.constexpr, STEP: tl.constexpr,
             SR: tl.constexpr, FAST_DIV: tl.constexpr, X_BF16: tl.constexpr):
-    """y = x / scale [BM, NG, 8, 2] as _round_to_grid takes it (f per group from _block_scale). RTNE with
-    fp32 scales: signed, by the fast division where every f of the tile is in its range (|y| is then at
-    most g_max plus a few ulps, which rounds to at most g_max: no clamp), else IEEE division and a clamp.
-    SR with fp32 scales: |x| * (RN(1 / s) less 4 ulps), within 5 ulps of |x / s| (docs/KERNELS.md §4),
-    a group out of range scaled by 2**±64 first, so that its draws do not depend on its neighbours; on
-    uniform grids y * 2**-9 / STEP + _SR_B in one FMA. e4m3 and e8m0: |x * f| clamped, as the reference."""
+    """y = x / scale [BM, NG, 8, 2] as _round_to_grid takes it (docs/KERNELS.md §4). RTNE, fp32 scales:
+    the fast division where every f of the tile is in range (no clamp needed), else IEEE and a clamp.
+    SR, fp32 scales: |x| * (RN(1/s) less 4 ulps), out-of-range groups scaled by 2**±64 first (a group's
+    draws never depend on its neighbours); uniform grids scaled by 2**-9 / STEP. e4m3, e8m0: |x * f|."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP
     fe = f[:, :, None, None]
     if SCALE != FP32:
@@ -308,14 +304,11 @@ def _scaled(x, f, SCALE: tl.constexpr, G: tl.constexpr, UNIFORM: tl.constexpr, S
 @triton.jit
 def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
     """|y| <= g_max -> (level index int32, level value fp32), RTNE or SR (k: 16-bit random integers,
-    u = (k + 1/2) * 2**-16). Near |y| the levels are sp apart (STEP on uniform grids; on E2M1 0.5 below
-    2, 1 up to 4, then 2). With c = sp * 2**23 (bits CB on uniform grids), the fp32 sum |y| + c is |y|
-    rounded to a multiple of sp, ties to the even multiple = the even level index; v - c is that level
-    and bits(v) - bits(c) counts its steps. SR rounds |y| + (u - 1/2) * sp the same way: it adds
-    u1 * sp, u1 = 1 + u built from bits (exact, one FMA), and c - sp / 2 (the float below c), so the
-    level is v - (c + sp). Uniform SR takes y = |y| * 2**-9 / STEP + _SR_B (_scaled; the spacing is
-    then 2**-9 and u1 * sp = 2**-9 + 2**-26 + k * 2**-25) and adds k * 2**-25 by one FMA on k's bits:
-    the subnormal k * 2**-149 times 2**124."""
+    u = (k + 1/2) * 2**-16). Near |y| the levels are sp apart; with c = sp * 2**23 (bits CB on uniform
+    grids) the fp32 sum v = |y| + c is |y| rounded to the level lattice, ties to the even index, and
+    bits(v) - bits(c) counts its steps. SR adds u1 * sp (u1 = 1 + u from bits, one FMA) and c - sp / 2;
+    uniform SR adds k * 2**-25 to y = |y| * 2**-9 / STEP + _SR_B (_scaled) by one FMA on k's bits
+    (docs/KERNELS.md §5-6)."""
     ay = tl.abs(y)
     if UNIFORM:
         cb = CB
@@ -367,12 +360,10 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      SR: tl.constexpr, SEED_PTR: tl.constexpr, ROUNDS: tl.constexpr, FAST_DIV: tl.constexpr,
                      X_BF16: tl.constexpr, WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr,
                      OUT_MODE: tl.constexpr, OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
-    """Quantize the tile [BM, NG*16] of the [M, K] view. COLS: x's row length when quantizing along its
-    columns (then M = COLS), else 0. M_FIRST: the grid's first axis runs along m (programs launched one
-    after another read the same rows of x). SR's seed is `seed`, or with SEED_PTR the int32 at seed_ptr
-    (drawn on the device). FAST_DIV: fp32 scales may divide the fast way (_scaled); X_BF16: x holds bf16
-    values, not rotated. OUT_STRIDE (0: out is laid out as x): x's rows of OUT_ROW elements go to out's
-    rows of OUT_STRIDE (a slice of a wider tensor, fake_quantize_joined)."""
+    """Quantize the tile [BM, NG*16] of the [M, K] view. COLS: x's row length along columns (M = COLS),
+    else 0. M_FIRST: the grid's first axis along m. SEED_PTR: SR's seed is the int32 at seed_ptr.
+    X_BF16: x holds bf16 values, not rotated. OUT_STRIDE: out's row stride if it is a slice of a wider
+    tensor (x's rows of OUT_ROW elements go to out's rows), else 0."""
     COLWISE: tl.constexpr = COLS != 0
     if COLWISE:
         M = COLS
@@ -424,12 +415,10 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
                        NG: tl.constexpr, QB: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
                        KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SH: tl.constexpr, MUL1: tl.constexpr,
                        MUL2: tl.constexpr, NL: tl.constexpr, OUT_MODE: tl.constexpr):
-    """_quantize_kernel's dequantized output from stored codes and scales, on NG groups of 16 of the N
-    elements viewed as one row. Byte 4h + i of a group holds elements j = 2i, 2i + 1 (low, high nibble)
-    of the tile [.., j, h]. A code becomes its signed level by bit moves and an exact multiply: the sign
-    to bit 31, the level index n to bits SH..SH+2, where those bits read as n * 2**-128 (SH = 21, uniform
-    grids: then times step * 2**128 as MUL1 * MUL2) or as E2M1's level * 2**-126 (SH = 22: E2M1 is a
-    float with two exponent bits; then times MUL1 = 2**126). Indices >= NL (past the grid) are level 0."""
+    """_quantize_kernel's dequantized output from stored codes and scales, NG groups of the N elements
+    (one row) a program. A code becomes its signed level by bit moves and an exact multiply: the sign to
+    bit 31, the index n to bits SH..SH+2, read as n * 2**-128 (SH = 21, uniform grids; times step *
+    2**128 = MUL1 * MUL2) or E2M1's level * 2**-126 (SH = 22; times MUL1 = 2**126). n >= NL: level 0."""
     _, _, mask, base = _tile_offsets(0, tl.program_id(0), 1, N, 1, NG, False, I64)
     b = tl.load(codes_ptr + (base >> 1)[:, :, None] + tl.arange(0, 8)[None, None, :], mask=mask[:, :, None])
     b = tl.permute(tl.reshape(b.to(tl.int32), (1, NG, 2, 4)), (0, 1, 3, 2))  # [1, NG, i, h]
@@ -745,24 +734,16 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
              keep_rotated: bool = False, want_codes: bool = True, want_dequant: bool = True,
              tile: Optional[tuple] = None, fast_div: bool = True, tensor_amax: Optional[torch.Tensor] = None,
              out: Optional[torch.Tensor] = None):
-    """Quantize x along dim with one fused kernel (plus a tensor-amax pass for e4m3 scales).
+    """Quantize x along dim (-1: rows of any shape; 0: columns of a 2-D tensor) with one fused kernel,
+    plus a tensor-amax pass for e4m3 scales unless tensor_amax (x's, one fp32 on x's device) is given.
 
-    levels: the grid's non-negative levels (quant.QuantSpec.levels, its last one is g_max);
-    block: 16 | 32; scale_mode: 'fp32' | 'e4m3' | 'e8m0'; sr: stochastic rounding seeded by `seed` (an
-    int, or an int32 tensor of one element on x's device, read by the kernel); rht_signs: the 16 RHT
-    signs (±1 on x's device) or None for no RHT; block_2d: 16x16 tiles; dim: -1 (any shape, rows) or 0
-    (a 2-D tensor, columns); out_dtype: bf16 | fp32 (default x.dtype); keep_rotated: with RHT, leave the
-    dequantized tensor in the rotated basis; tile: (BM, NG, num_warps) to override the launch shape;
-    fast_div: fp32 scales divide by FMA-corrected reciprocals (same bits; GPUs, and the interpreter where
-    INTERPRET_FAST_DIV says its FMA is fused), else by IEEE division; tensor_amax (e4m3): x's tensor amax
-    along dim as tensor_amax or tensor_amax_both gives it (one fp32 on x's device): no first pass then;
-    out: where to write the dequantized tensor (x's shape and out_dtype; for a 2-D x also a slice of a
-    wider tensor, out[:, a:b], with strides (S, 1)).
-    Returns (codes, scales, tensor_scale, dequant): codes uint8 [..., K/2] and scales [..., K/block]
-    (block_2d: [M/16, K/16]) with the quantized dim last, as quant.quantize stores them (fp32 |
-    float8_e4m3fn | uint8 e8m0 biased exponent), or None without want_codes; tensor_scale a 0-d fp32
-    tensor (1 unless e4m3); dequant x's shape and layout in out_dtype, or None.
-    """
+    levels: quant.QuantSpec.levels (the last is g_max); sr: stochastic rounding seeded by `seed` (an int,
+    or an int32 tensor of one element on x's device); rht_signs: 16 values ±1 on x's device, or None;
+    out_dtype: bf16 | fp32 (default x.dtype); tile: (BM, NG, num_warps); fast_div=False: IEEE division
+    for fp32 scales (the same bits); out: where to write the dequantized tensor (x's shape and out_dtype;
+    for a 2-D x also a slice out[:, a:b] of a wider tensor). Returns (codes uint8 [..., K/2], scales
+    [..., K/block] (block_2d: [M/16, K/16]) as quant.quantize stores them, or None without want_codes;
+    tensor_scale, 0-d fp32; dequant in x's shape, or None without want_dequant)."""
     interpret = _check_device(x)
     if not x.is_contiguous():
         raise ValueError(f"quantize reads a contiguous row-major tensor; got shape {tuple(x.shape)} with "

@@ -24,8 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernels  # noqa: E402
 import quant  # noqa: E402
 import rht  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 from conftest import full_unless  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
