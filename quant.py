@@ -258,16 +258,8 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
     signs = signs.to(x.device, torch.float32) if spec.rht else None
     sr, seed = spec.rounding == "sr", -1 if seed is None else int(seed)
     kdim = -1 if moved or dim == x.dim() - 1 else 0
-    if compiling or type(x) not in (torch.Tensor, nn.Parameter):
-        seed_t = torch.randint(2**31 - 1, (1,), dtype=torch.int32, device=x.device) \
-            if compiling and sr and seed < 0 else None
-        y = torch.ops.nanofp4.fake_quantize(xk, list(spec.levels), spec.block, spec.scale, sr, signs,
-                                            spec.block_2d, kdim, seed, keep_rotated, seed_t, amax)
-    else:  # the op's body: SR without a seed draws one from torch's CPU generator, as the op does
-        seed = int(torch.randint(2**31 - 1, ())) if sr and seed < 0 else seed
-        y = kernels.fake_quantize(xk, levels=spec.levels, block=spec.block, scale_mode=spec.scale, sr=sr,
-                                  rht_signs=signs, block_2d=spec.block_2d, dim=kdim, seed=seed,
-                                  keep_rotated=keep_rotated, tensor_amax=amax)
+    y = kernels.fake_quantize_op(xk, spec.levels, spec.block, spec.scale, sr, signs, spec.block_2d, kdim, seed,
+                                 keep_rotated, None, amax)
     return y.movedim(-1, dim) if moved else y
 
 
@@ -434,13 +426,7 @@ def _quantize_any(x, spec, dim, signs, amax=None) -> QTensor:
         return quantize(x, spec, dim, signs=signs)
     import kernels
     s = signs if spec.rht else None
-    if torch.compiler.is_compiling():
-        codes, scales, t = torch.ops.nanofp4.quantize_codes(x.contiguous(), list(spec.levels), spec.block,
-                                                           spec.scale, s, dim, amax)
-    else:
-        codes, scales, t, _ = kernels.quantize(x.contiguous(), levels=spec.levels, block=spec.block,
-                                               scale_mode=spec.scale, rht_signs=s, dim=dim, want_dequant=False,
-                                               tensor_amax=amax)
+    codes, scales, t = kernels.quantize_codes_op(x, spec.levels, spec.block, spec.scale, s, dim, amax)
     return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, s)
 
 
@@ -451,13 +437,8 @@ def dequantize_any(qt: QTensor, keep_rotated: bool) -> torch.Tensor:
         return qt.dequantize(keep_rotated=keep_rotated)
     import kernels
     spec = qt.spec
-    if torch.compiler.is_compiling():
-        y = torch.ops.nanofp4.dequantize(qt.codes, qt.scales, qt.tensor_scale, list(spec.levels), spec.block,
-                                         spec.scale, qt.signs, keep_rotated, qt.dtype)
-    else:
-        y = kernels.dequantize(qt.codes, qt.scales, qt.tensor_scale, levels=spec.levels, block=spec.block,
-                               scale_mode=spec.scale, rht_signs=qt.signs, keep_rotated=keep_rotated,
-                               out_dtype=qt.dtype)
+    y = kernels.dequantize_op(qt.codes, qt.scales, qt.tensor_scale, spec.levels, spec.block, spec.scale, qt.signs,
+                              keep_rotated, qt.dtype)
     return y.movedim(-1, qt.dim)
 
 
@@ -497,10 +478,7 @@ def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
         return None, None
     import kernels
     signs = (rht_lib.random_signs(0) if signs is None else signs).to(t.device, torch.float32)
-    if torch.compiler.is_compiling():
-        a = torch.ops.nanofp4.tensor_amax_both(t.contiguous(), signs, spec_rows.rht)
-    else:
-        a = kernels.tensor_amax_both(t.contiguous(), rht_signs=signs, row_rht=spec_rows.rht)
+    a = kernels.tensor_amax_both_op(t, signs, spec_rows.rht)
     return a[0], a[1]
 
 
@@ -533,10 +511,6 @@ def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     signs = (rht_lib.random_signs(0) if signs is None else signs).to(t[0].device, torch.float32) if spec.rht else None
     sr, dim = spec.rounding == "sr", dim % 2
     amaxes = list(amax) if all(a is not None for a in amax) else []
-    if torch.compiler.is_compiling():
-        seed_t = torch.randint(2**31 - 1, (len(t),), dtype=torch.int32, device=t[0].device) if sr else None
-        return torch.ops.nanofp4.fake_quantize_joined(list(t), list(spec.levels), spec.block, spec.scale, sr, signs,
-                                                      spec.block_2d, dim, t.join, keep_rotated, seed_t, amaxes)
     return kernels.fake_quantize_joined_op(list(t), spec.levels, spec.block, spec.scale, sr, signs, spec.block_2d,
                                            dim, t.join, keep_rotated, None, amaxes)
 

@@ -26,6 +26,9 @@ Usage: python bench/kernels_bench.py --out bench/results/kernels.json [--size 81
        [--no-sweep] [--skip-check]   (the tables alone, with the tiles kernels.py holds)
        [--amax-only]   (the tensor-amax sweep and table alone)
        python bench/kernels_bench.py --cpu --size 64 --small 64   (a dry run in Triton's interpreter)
+       --tree DIR: time the kernels.py (and check against the quant.py) of another checkout, e.g. an older
+       commit's `git worktree`, side by side with this one's table (its tile sweeps may not apply there:
+       use --no-sweep)
 """
 import argparse
 import dataclasses
@@ -40,14 +43,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [("e2m1", None), ("e1m2", None), ("int4", None), ("e2m1", 2.0)]
 BLOCKS = [(16, False, False), (16, False, True), (32, False, False), (32, False, True), (16, True, False)]
-ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 256, 4),  # (BM, NG, num_warps[, m_first, tiles a program])
-             (1, 64, 1, False, 2), (1, 32, 1, False, 4), (1, 32, 1, False, 2)]
-COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (16, 4, 1), (32, 4, 2),  # 1 warp: no barriers
-             (64, 4, 4, True), (128, 2, 4, True), (64, 8, 4, True),  # True: the grid's first axis along m
-             (64, 2, 2, True, 4), (128, 2, 4, True, 2), (32, 4, 2, False, 4)]  # 5th: tiles a program
+ROW_TILES = [(1, 64, 1), (1, 64, 2), (1, 128, 2), (1, 256, 4), (1, 32, 1)]  # (BM, NG, num_warps)
+COL_TILES = [(64, 4, 4), (128, 2, 4), (64, 8, 4), (16, 4, 1), (32, 4, 2), (64, 2, 2), (32, 4, 1)]
 PHILOX_ROUNDS = [10, 7]  # the SR table's Philox rounds
-AMAX_TILES = {"flat": [(2048, 4), (4096, 8), (8192, 8), (16384, 16)],           # (BLOCK, num_warps)
-              "row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
+AMAX_TILES = {"row": [(1, 128, 4), (1, 256, 4), (1, 256, 8), (1, 512, 8)],     # (BM, NG, num_warps)
               "col": [(64, 4, 4), (64, 8, 4), (128, 4, 4), (128, 8, 8)],
               "both": [(64, 64, 4), (32, 64, 2), (64, 128, 4), (128, 64, 4), (32, 128, 4),  # (TR, TC, num_warps,
                        (64, 64, 4, True), (32, 64, 2, True), (32, 128, 4, True), (16, 64, 1, True)]}  # sync)
@@ -55,11 +54,12 @@ AMAX_PROGRAMS_PER_SM = [2, 4, 8, 16]
 AMAX_CASES = {"flat": (False, -1), "row": (True, -1), "col": (True, 0), "both": (True, None)}  # kind: (RHT, dim)
 
 
-def setup(cpu: bool):
-    """Import torch/kernels after choosing the interpreter (it must be set before triton loads)."""
+def setup(cpu: bool, tree=None):
+    """Import torch/kernels (from `tree`, a checkout's root, else this one) after choosing the interpreter
+    (it must be set before triton loads)."""
     if cpu:
         os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(Path(tree).resolve() if tree else ROOT))
     global torch, triton, tl, kernels, quant, rht
     import torch
     import triton
@@ -266,8 +266,8 @@ def bench(fn, dev, flush="read"):
     return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
-def init_worker(cpu):
-    setup(cpu)
+def init_worker(cpu, tree):
+    setup(cpu, tree)
     torch.set_num_threads(2)
 
 
@@ -281,8 +281,7 @@ def save(res, path, t_start):
 def tile_kind(spec, dim, out, var) -> str:
     """The key of kernels._TILES a configuration takes (kernels._tile_kind): orientation, output, scale
     mode, SR and RHT."""
-    return kernels._tile_kind(dim == 0, spec.block_2d, out == "codes", spec.scale, spec.rounding == "sr",
-                              var == "fused_rht")
+    return kernels._tile_kind(dim == 0, spec.block_2d, out == "codes")
 
 
 def sweep_tiles(x, signs, cases, copy, dev):
@@ -416,6 +415,8 @@ def main():
     p.add_argument("--small", type=int, default=1024, help="rows of the tensor checked on the CPU")
     p.add_argument("--workers", type=int, default=8, help="processes for the checks and compiles")
     p.add_argument("--cpu", action="store_true", help="dry run in Triton's CPU interpreter")
+    p.add_argument("--tree", default=None, metavar="DIR", help="the checkout whose kernels.py, quant.py and rht.py "
+                   "run (default: this one)")
     p.add_argument("--skip-check", action="store_true", help="no bit-identity checks")
     p.add_argument("--no-sweep", action="store_true",
                    help="no tile sweeps: every kernel takes the tiles kernels.py holds (a quick table)")
@@ -425,12 +426,13 @@ def main():
                         "whole sweep takes ~7 minutes on an H200), not the tensor-amax tiles; the others "
                         "keep kernels.py's tiles")
     args = p.parse_args()
-    setup(args.cpu)
+    setup(args.cpu, args.tree)
     dev = "cpu" if args.cpu else "cuda"
     t_start = time.time()
-    res = dict(device=torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)",
+    res = dict(tree=str(Path(args.tree or ROOT).resolve()), kernels_file=kernels.__file__,
+               device=torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)",
                torch=torch.__version__, triton=triton.__version__, size=args.size)
-    pool = mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args.cpu,))
+    pool = mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args.cpu, args.tree))
     specs = timed_specs()
     names = list(specs)
     tile_cases = [] if args.no_sweep else [  # every spec: a tile that suits the others can cost one 1.2x
