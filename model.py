@@ -23,7 +23,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import moe
-import quant
 
 
 @dataclass(kw_only=True)
@@ -128,6 +127,8 @@ def apply_rope(x_BTHE, cos_TE, sin_TE):
 
 
 class Attention(nn.Module):
+    shared_input = ("wq", "wk", "wv")  # linears that read one input (quant.convert may join them)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
@@ -138,7 +139,7 @@ class Attention(nn.Module):
 
     def forward(self, x_BTD, cos_TE, sin_TE):
         B, T, _ = x_BTD.shape
-        q_BTD, k_BTD, v_BTD = quant.linears(x_BTD, self.wq, self.wk, self.wv)  # one GEMM when quantized
+        q_BTD, k_BTD, v_BTD = self.wq(x_BTD), self.wk(x_BTD), self.wv(x_BTD)
         q_BTHE = apply_rope(q_BTD.view(B, T, self.n_head, self.head_dim), cos_TE, sin_TE)
         k_BTKE = apply_rope(k_BTD.view(B, T, self.n_kv_head, self.head_dim), cos_TE, sin_TE)
         v_BTKE = v_BTD.contiguous().view(B, T, self.n_kv_head, self.head_dim)  # not a view of q's storage
@@ -151,6 +152,7 @@ class Attention(nn.Module):
 
 class MLP(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x)."""
+    shared_input = ("w1", "w3")
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -159,8 +161,7 @@ class MLP(nn.Module):
         self.w3 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
 
     def forward(self, x_BTD):
-        gate_BTF, up_BTF = quant.linears(x_BTD, self.w1, self.w3)
-        return self.w2(F.silu(gate_BTF) * up_BTF)
+        return self.w2(F.silu(self.w1(x_BTD)) * self.w3(x_BTD))
 
 
 def make_ffn(cfg: ModelConfig, layer_idx: int) -> nn.Module:
