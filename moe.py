@@ -243,8 +243,7 @@ class GroupedExperts(nn.Module):
         return max([16] + [s.block for s in self.recipe.specs().values() if s is not None])
 
     def forward(self, x_MD, offs_E):
-        dev, F_ = x_MD.device.type, self.w1_EFD.shape[1]
-        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x_MD.dtype
+        dev, F_, dtype = x_MD.device.type, self.w1_EFD.shape[1], quant.compute_dtype(x_MD)
         if F_ % self.block():
             raise ValueError(f"expert_hidden={F_} must be a multiple of {self.block()}, the block of recipe "
                              f"[{self.recipe.describe()}]: change expert_hidden or the block")

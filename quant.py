@@ -358,7 +358,6 @@ def n_blocks(count_or_fraction, n: int) -> int:
     return round(v * n) if isinstance(v, float) and v < 1 else int(v)
 
 
-
 # ----------------------------------------------------------------------------- the quantized linear
 # The quantization monitor: a trainer sets MONITOR to a callable on the (eager) steps it wants to
 # measure; every quantized operand is then reported as
@@ -390,7 +389,7 @@ def gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="
 class QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b, its three GEMMs each on two operands quantized by the recipe (docs/NUMERICS.md
     §6). x [..., K], w [N, K], bias [N] or None; signs: the RHT signs; layer: the monitor's name.
-    This is the spec of every quantized linear; the fused paths below give the same bits."""
+    The spec of every quantized linear: the fused paths below give its bits (tests/test_quant.py)."""
 
     @staticmethod
     def forward(ctx, x, w_NK, bias, recipe, signs, layer):

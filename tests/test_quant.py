@@ -322,7 +322,7 @@ def near_tie_blocks(grid, scale, block, seed):
     midpoints between levels, in units of the block's own scale: any change to the fp32 order
     of operations of docs/NUMERICS.md §3 flips some of these roundings."""
     gen = torch.Generator().manual_seed(seed)
-    rows, nblk, g = 16, 4, G_MAX[grid]
+    rows, nblk = 16, 4
     amax = torch.exp2(torch.randint(-8, 9, (rows, nblk, 1), generator=gen).float())
     amax = amax * (1 + torch.rand(rows, nblk, 1, generator=gen))
     x = torch.zeros(rows, nblk, block)
