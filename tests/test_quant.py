@@ -1221,6 +1221,28 @@ def test_convert_joins_the_model_linears(name, monkeypatch):
         assert rel_err(a, b) < 1e-4
 
 
+def test_joined_linears_under_activation_checkpointing():
+    """Blocks recomputed in the backward (train.activation_checkpointing) run their joins again: the
+    same loss and gradients bit for bit as without recomputing, and no join keeps a tensor after."""
+    import functools
+    import model as model_lib
+    cfg = model_lib.get_config("tiny", n_layer=2, vocab_size=64, seq_len=16)
+    x = torch.randint(0, 64, (2, 16))
+
+    def run(recompute):
+        torch.manual_seed(0)
+        m = quant.convert(model_lib.Transformer(cfg), quant.recipe_from_overrides("ufp4", sr="none"))
+        if recompute:
+            for block in m.layers:
+                block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
+        loss = m(x, x)[1]
+        loss.backward()
+        assert all(b.attn.wq.join.x is None and b.ffn.w1.join.x is None for b in m.layers)
+        return [loss] + [p.grad for p in m.parameters()]
+    for a, b in zip(run(False), run(True)):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.full
 def test_rht_resample_under_compile_keeps_one_graph():
     """recipe.rht_resample changes the RHT signs every step in place (a buffer): a compiled model
