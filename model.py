@@ -4,7 +4,8 @@ SwiGLU MLP, with an untied input embedding and LM head and no biases anywhere.
 
 Precision. Only the nn.Linear layers inside `model.layers[i]` (attention wq/wk/wv/wo and the
 MLP w1/w2/w3) are candidates for 4-bit GEMMs; quant.convert swaps them later, and this file never
-calls it. Everything else stays high precision in every recipe: the embedding and LM head,
+calls it. Each linear is called on its own; a module's `shared_input` names those that read one
+input (wq, wk, wv; w1, w3), which convert may join into one GEMM of each kind. Everything else stays high precision in every recipe: the embedding and LM head,
 the norms (computed in fp32), RoPE (fp32 cos/sin, applied in fp32), the attention score/value
 BMMs and softmax (inside scaled_dot_product_attention), and the cross-entropy (on fp32 logits).
 Under torch.autocast(bf16) the residual stream stays fp32, because the embedding output is fp32
@@ -152,7 +153,7 @@ class Attention(nn.Module):
 
 class MLP(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x)."""
-    shared_input = ("w1", "w3")
+    shared_input = ("w1", "w3")  # linears that read one input (quant.convert may join them)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
