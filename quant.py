@@ -679,7 +679,8 @@ class Joined:
     """Linears that read one input, joined by convert (a module's `shared_input` names them). The
     model calls them one by one, as plain PyTorch does: the first called with an input x runs all of
     them as one FusedLinearFn, and each of the others takes its output when called with that x (with
-    another input a layer computes anew). Once every output is taken no reference is kept."""
+    another input a layer computes anew). Once every output is taken no reference is kept. Under
+    torch.compile this bookkeeping is traced away: the graph holds the one FusedLinearFn."""
 
     def __init__(self, layers):
         self.layers = list(layers)
