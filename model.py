@@ -4,7 +4,8 @@ SwiGLU MLP, with an untied input embedding and LM head and no biases anywhere.
 
 Precision. Only the nn.Linear layers inside `model.layers[i]` (attention wq/wk/wv/wo and the
 MLP w1/w2/w3) are candidates for 4-bit GEMMs; quant.convert swaps them later, and this file never
-calls it. Everything else stays high precision in every recipe: the embedding and LM head,
+calls it. Each linear is called on its own; a module's `shared_input` names those that read one
+input (wq, wk, wv; w1, w3), which convert may join into one GEMM of each kind. Everything else stays high precision in every recipe: the embedding and LM head,
 the norms (computed in fp32), RoPE (fp32 cos/sin, applied in fp32), the attention score/value
 BMMs and softmax (inside scaled_dot_product_attention), and the cross-entropy (on fp32 logits).
 Under torch.autocast(bf16) the residual stream stays fp32, because the embedding output is fp32
@@ -23,7 +24,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import moe
-import quant
 
 
 @dataclass(kw_only=True)
@@ -128,6 +128,8 @@ def apply_rope(x_BTHE, cos_TE, sin_TE):
 
 
 class Attention(nn.Module):
+    shared_input = ("wq", "wk", "wv")  # linears that read one input (quant.convert may join them)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
@@ -138,7 +140,7 @@ class Attention(nn.Module):
 
     def forward(self, x_BTD, cos_TE, sin_TE):
         B, T, _ = x_BTD.shape
-        q_BTD, k_BTD, v_BTD = quant.linears(x_BTD, self.wq, self.wk, self.wv)  # one GEMM when quantized
+        q_BTD, k_BTD, v_BTD = self.wq(x_BTD), self.wk(x_BTD), self.wv(x_BTD)
         q_BTHE = apply_rope(q_BTD.view(B, T, self.n_head, self.head_dim), cos_TE, sin_TE)
         k_BTKE = apply_rope(k_BTD.view(B, T, self.n_kv_head, self.head_dim), cos_TE, sin_TE)
         v_BTKE = v_BTD.contiguous().view(B, T, self.n_kv_head, self.head_dim)  # not a view of q's storage
@@ -151,6 +153,7 @@ class Attention(nn.Module):
 
 class MLP(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x)."""
+    shared_input = ("w1", "w3")  # linears that read one input (quant.convert may join them)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -159,8 +162,7 @@ class MLP(nn.Module):
         self.w3 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
 
     def forward(self, x_BTD):
-        gate_BTF, up_BTF = quant.linears(x_BTD, self.w1, self.w3)
-        return self.w2(F.silu(gate_BTF) * up_BTF)
+        return self.w2(F.silu(self.w1(x_BTD)) * self.w3(x_BTD))
 
 
 def make_ffn(cfg: ModelConfig, layer_idx: int) -> nn.Module:

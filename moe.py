@@ -17,7 +17,7 @@ elsewhere. On CUDA no shape or branch depends on the routing, so nothing waits f
 layer compiles to one graph (e4m3 scales aside: below).
 
 Quantization. Each grouped GEMM is one autograd Function with the recipe's six operand roles, the
-grouped twin of quant._QLinearFn (docs/NUMERICS.md §6):
+grouped twin of quant.QLinearFn (docs/NUMERICS.md §6):
   fprop  y = x·w[e]ᵀ    x rows along D, w[e] along D           (fprop_x, fprop_w)
   dgrad  dx = dy·w[e]   dy rows along F, w[e] along F (dim 1)   (dgrad_dy, dgrad_w)
   wgrad  dw[e] = dyᵀ·x  dy and x along the tokens (dim 0)       (wgrad_dy, wgrad_x)
@@ -215,6 +215,8 @@ def dispatch(idx_TK, n_experts: int, align: int = 16):
 
 
 class SwiGLU(nn.Module):
+    shared_input = ("w1", "w3")  # linears that read one input (quant.convert may join them)
+
     def __init__(self, d_model: int, hidden: int):
         super().__init__()
         self.w1 = nn.Linear(d_model, hidden, bias=False)
@@ -222,8 +224,7 @@ class SwiGLU(nn.Module):
         self.w3 = nn.Linear(d_model, hidden, bias=False)
 
     def forward(self, x_TD):
-        gate_TF, up_TF = quant.linears(x_TD, self.w1, self.w3)
-        return self.w2(F.silu(gate_TF) * up_TF)
+        return self.w2(F.silu(self.w1(x_TD)) * self.w3(x_TD))
 
 
 class GroupedExperts(nn.Module):
@@ -242,8 +243,7 @@ class GroupedExperts(nn.Module):
         return max([16] + [s.block for s in self.recipe.specs().values() if s is not None])
 
     def forward(self, x_MD, offs_E):
-        dev, F_ = x_MD.device.type, self.w1_EFD.shape[1]
-        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x_MD.dtype
+        dev, F_, dtype = x_MD.device.type, self.w1_EFD.shape[1], quant.compute_dtype(x_MD)
         if F_ % self.block():
             raise ValueError(f"expert_hidden={F_} must be a multiple of {self.block()}, the block of recipe "
                              f"[{self.recipe.describe()}]: change expert_hidden or the block")
@@ -338,7 +338,7 @@ class MoE(nn.Module):
     def seq_aux_loss(self, idx_BSK, scores_BSE):
         """DeepSeek-V3's sequence-wise balance loss: coef · Σ_e f_e·P_e averaged over sequences, with
         f_e = E · (share of the sequence's S·K picks that went to e), P_e = mean normalized score."""
-        (B, S, E), picks = scores_BSE.shape, idx_BSK.flatten(1)
+        (B, _, E), picks = scores_BSE.shape, idx_BSK.flatten(1)
         f_BE = scores_BSE.new_zeros(B, E).scatter_add_(1, picks, scores_BSE.new_ones(picks.shape))
         f_BE = f_BE * E / picks.shape[1]
         p_BE = (scores_BSE / scores_BSE.sum(-1, keepdim=True)).mean(1)

@@ -22,7 +22,7 @@ dim 0, padded to a multiple of N, so a GPU holds P/N and a little more.
                        of width E, F the MLP width, k experts per token of width Fe, shared width Fs,
                        M ~ T k rows of the expert-sorted buffer):
                          attention  4TD (norm input) + 3 x 2TD (its output cast for wq, wk, wv;
-                                    1 x when a 4-bit recipe joins them: quant.linears)
+                                    1 x when a 4-bit recipe joins them: quant.convert)
                                     + 2TD (q) + 2 x 2TKE (k, v) + 2TD (output, = wo's input) + 4TH
                          MLP        4TD + 2 x 2TD (casts for w1, w3; 1 x joined) + 4 x 2TF (w1 x,
                                     silu, w3 x, their product)
@@ -117,11 +117,11 @@ def shard_numel(p, n: int) -> int:
 
 
 def joined(block) -> tuple:
-    """Whether quant.linears runs (wq, wk, wv) and the MLP's or shared experts' (w1, w3) as one quantized
-    linear (one kept copy of their input)."""
+    """Whether quant.convert joined (wq, wk, wv) and the MLP's or shared experts' (w1, w3) into one
+    quantized linear (one kept copy of their input)."""
     mlp = block.ffn.shared if isinstance(block.ffn, moe.MoE) else block.ffn
-    return (quant.joinable([block.attn.wq, block.attn.wk, block.attn.wv]),
-            mlp is not None and quant.joinable([mlp.w1, mlp.w3]))
+    is_joined = lambda layer: isinstance(layer, quant.QLinear) and layer.join is not None  # noqa: E731
+    return is_joined(block.attn.wq), mlp is not None and is_joined(mlp.w1)
 
 
 def packed_bytes(recipe, experts: bool = False) -> float:

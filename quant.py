@@ -27,6 +27,11 @@ A linear layer Y = X·Wᵀ runs three GEMMs in training, each with two quantized
   wgrad  dW = dYᵀ·X  reduces over M: dY columns, X columns   (wgrad_dy, wgrad_x)
 A Recipe gives each role a QuantSpec or None (= stays bf16). GPUs without FP4 GEMMs emulate them:
 quantize, dequantize to bf16, multiply with fp32 accumulation. The full contract is docs/NUMERICS.md.
+
+The file reads in that order: formats and scales, the reference quantizer (the spec of the Triton
+kernels), recipes, the quantized linear (QLinearFn shows each GEMM's two operands; convert swaps
+QLinear into a model). Then, apart, the fused paths, which give the same bits with less work (linears
+of one input joined, X kept packed, one-read amaxes), and the dispatch to the kernels (kernels.py).
 """
 
 import dataclasses
@@ -44,6 +49,8 @@ import rht as rht_lib
 
 log = logging.getLogger("nanofp4.quant")
 
+
+# ----------------------------------------------------------------------------- formats and scales
 GRIDS = {
     "e2m1": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0),
     "e1m2": (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5),
@@ -133,6 +140,7 @@ class QTensor:
         return y.movedim(-1, self.dim).to(dtype or self.dtype)
 
 
+# ----------------------------------------------------------------------------- the reference quantizer
 def _round_to_grid(a: torch.Tensor, levels: tuple, sr: bool, seed: Optional[int]) -> torch.Tensor:
     """Level index of every magnitude a (0 <= a <= g_max): RTNE (ties to even index) or SR."""
     idx = torch.zeros(a.shape, dtype=torch.uint8, device=a.device)
@@ -217,6 +225,483 @@ def fake_quantize(x, spec: QuantSpec, dim=-1, *, seed=None, signs=None, keep_rot
     return quantize(x, spec, dim, seed=seed, signs=signs).dequantize(keep_rotated=keep_rotated)
 
 
+
+# ----------------------------------------------------------------------------- recipes
+@dataclass
+class Recipe:
+    """One QuantSpec (or None = bf16) per operand role, plus which blocks stay high precision."""
+    fprop_x: Optional[QuantSpec] = None
+    fprop_w: Optional[QuantSpec] = None
+    dgrad_dy: Optional[QuantSpec] = None
+    dgrad_w: Optional[QuantSpec] = None
+    wgrad_dy: Optional[QuantSpec] = None
+    wgrad_x: Optional[QuantSpec] = None
+    bf16_first: float = 0   # transformer blocks kept high precision at the start: a count (int)
+    bf16_last: float = 0    # or a fraction of the blocks (float < 1); the same at the end
+    rht_seed: int = 0
+    rht_resample: bool = False  # a fresh sign vector every step (same on every rank)
+    fused: bool = True          # quantized linears take the fused paths (end of this file): joined
+                                # linears, X kept packed, one-read amaxes; same bits (false: QLinearFn)
+    pack_saved: bool = True     # (fused) keep X for wgrad as its 4-bit codes + scales (quantized in the
+                                # forward) instead of the bf16 X: less activation memory, same bits (README)
+
+    def specs(self) -> dict:
+        return {r: getattr(self, r) for r in ROLES}
+
+    def quantized(self) -> bool:
+        return any(s is not None for s in self.specs().values())
+
+    def describe(self) -> str:
+        parts = [f"{r}={s.grid}/{s.block}{'x16' if s.block_2d else ''}/{s.scale}/{s.rounding}"
+                 f"{'/rht' if s.rht else ''}" for r, s in self.specs().items() if s is not None]
+        return (", ".join(parts) or "all bf16") + f"; bf16_first={self.bf16_first} bf16_last={self.bf16_last}"
+
+
+def _recipe(grid, block, scale, rht_gemms, block_2d=False, bf16_last=0):
+    def spec(role):
+        gemm = role.split("_")[0]
+        return QuantSpec(grid, block, scale, "sr" if role.endswith("_dy") else "rtne",
+                         rht=gemm in rht_gemms, block_2d=block_2d and role.endswith("_w"))
+    return Recipe(**{r: spec(r) for r in ROLES}, bf16_last=bf16_last)
+
+
+ALL_GEMMS = ("fprop", "dgrad", "wgrad")
+RECIPES = {  # docs/NUMERICS.md §7
+    "bf16": Recipe(),
+    "ufp4": _recipe("e1m2", 16, "fp32", ALL_GEMMS),
+    "e2m1": _recipe("e2m1", 16, "fp32", ("wgrad",)),
+    "nvfp4": _recipe("e2m1", 16, "e4m3", ("wgrad",), block_2d=True, bf16_last=0.15),
+    "mxfp4": _recipe("e2m1", 32, "e8m0", ("wgrad",)),
+    "ufp4-nv": _recipe("e1m2", 16, "e4m3", ALL_GEMMS),
+}
+_SPEC_KEYS = ("grid", "block", "scale", "max_level", "block_2d")
+_OVERRIDE_KEYS = _SPEC_KEYS + ("rht", "sr", "bf16_first", "bf16_last", "rht_seed", "rht_resample", "pack_saved",
+                                 "fused")
+
+
+def _parse(key, value, kind):
+    if not isinstance(value, str):
+        return value
+    if kind is bool:
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"quant override {key}={value!r}: expected true or false")
+        return value.lower() in ("true", "1")
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"quant override {key}={value!r}: expected a {kind.__name__}") from None
+
+
+def _role_set(key, value):
+    """'none' | 'all' | comma list of GEMM names (fprop, dgrad, wgrad) or role names."""
+    value = ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+    if value in ("none", ""):
+        return set()
+    roles = set()
+    for tok in value.split(","):
+        if tok == "all":
+            roles |= set(ROLES)
+        elif tok in GEMMS:  # for sr, a GEMM name means its dY operand
+            roles |= {r for r in GEMMS[tok] if key == "rht" or r.endswith("_dy")}
+        elif tok == "dy" and key == "sr":
+            roles |= {"dgrad_dy", "wgrad_dy"}
+        elif tok in ROLES:
+            roles.add(tok)
+        else:
+            raise ValueError(f"quant override {key}={value!r}: unknown {tok!r}; valid: none, all, "
+                             f"{', '.join(GEMMS)}, {'dy, ' if key == 'sr' else ''}{', '.join(ROLES)}")
+    return roles
+
+
+def recipe_from_overrides(name: str, **overrides) -> Recipe:
+    """A named recipe with command-line style overrides, e.g. rht='fprop,wgrad', sr='none',
+    grid='int4', scale='e4m3', block='32', max_level='2', bf16_first='1'."""
+    check_choice("recipe", name, list(RECIPES))
+    recipe = dataclasses.replace(RECIPES[name])
+    for key in overrides:
+        check_choice("quant override key", key, _OVERRIDE_KEYS)
+    types = {"grid": str, "block": int, "scale": str, "max_level": float, "block_2d": bool}
+    spec_kw = {k: _parse(k, v, types[k]) for k, v in overrides.items() if k in _SPEC_KEYS}
+    if (spec_kw or {"rht", "sr", "pack_saved", "fused"} & set(overrides)) and not recipe.quantized():
+        raise ValueError(f"recipe {name!r} quantizes nothing, so {sorted(overrides)} cannot apply; "
+                         "start from a 4-bit recipe such as ufp4")
+    rht_roles = _role_set("rht", overrides["rht"]) if "rht" in overrides else None
+    sr_roles = _role_set("sr", overrides["sr"]) if "sr" in overrides else None
+    for role, spec in recipe.specs().items():
+        if spec is None:
+            continue
+        kw = dict(spec_kw)
+        if "block_2d" in kw:
+            kw["block_2d"] = kw["block_2d"] and role.endswith("_w")
+        if rht_roles is not None:
+            kw["rht"] = role in rht_roles
+        if sr_roles is not None:
+            kw["rounding"] = "sr" if role in sr_roles else "rtne"
+        if kw.get("rht") or kw.get("block", 16) != 16:
+            kw.setdefault("block_2d", False)
+        setattr(recipe, role, dataclasses.replace(spec, **kw))
+    for key, kind in (("rht_seed", int), ("rht_resample", bool), ("pack_saved", bool), ("fused", bool)):
+        if key in overrides:
+            setattr(recipe, key, _parse(key, overrides[key], kind))
+    for key in ("bf16_first", "bf16_last"):
+        if key in overrides:
+            v = _parse(key, overrides[key], float)
+            if not (v >= 0 and math.isfinite(v)) or (v > 1 and v != int(v)):
+                raise ValueError(f"{key}={overrides[key]} is not valid: a count of blocks (0, 1, 2, ...) "
+                                 "or a fraction of them in (0, 1)")
+            setattr(recipe, key, int(v) if v >= 1 or v == 0 else v)
+    return recipe
+
+
+def n_blocks(count_or_fraction, n: int) -> int:
+    v = count_or_fraction
+    return round(v * n) if isinstance(v, float) and v < 1 else int(v)
+
+
+# ----------------------------------------------------------------------------- the quantized linear
+# The quantization monitor: a trainer sets MONITOR to a callable on the (eager) steps it wants to
+# measure; every quantized operand is then reported as
+#   MONITOR(layer, role, x, x_hat, spec, dim, signs=signs, rotated=both_rotated)
+# (see monitor.py for the statistics). None, the default, costs nothing.
+MONITOR = None
+
+
+def both_rotated(spec_a, spec_b) -> bool:
+    """Both operands of a GEMM are rotated by the same RHT: they stay in the rotated basis."""
+    return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
+
+
+def gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer=""):
+    """The two operands of one GEMM, each fake-quantized along the dim the GEMM reduces over (spec
+    None: left as is). If both are rotated by the same RHT they stay in the rotated basis (the
+    product is unchanged); otherwise each is rotated back. SR draws from torch's global generators
+    (seed=None), so torch.manual_seed reproduces a run."""
+    both = both_rotated(spec_a, spec_b)
+    qa = a if spec_a is None else fake_quantize(a, spec_a, dim_a, signs=signs, keep_rotated=both)
+    qb = b if spec_b is None else fake_quantize(b, spec_b, dim_b, signs=signs, keep_rotated=both)
+    if MONITOR is not None and roles is not None:
+        for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
+            if spec is not None:
+                MONITOR(layer, role, t, q, spec, dim, signs=signs, rotated=both)
+    return qa, qb
+
+
+class QLinearFn(torch.autograd.Function):
+    """Y = X·Wᵀ + b, its three GEMMs each on two operands quantized by the recipe (docs/NUMERICS.md
+    §6). x [..., K], w [N, K], bias [N] or None; signs: the RHT signs; layer: the monitor's name.
+    The spec of every quantized linear: the fused paths below give its bits (tests/test_quant.py)."""
+
+    @staticmethod
+    def forward(ctx, x, w_NK, bias, recipe, signs, layer):
+        r = recipe
+        x_MK = x.reshape(-1, x.shape[-1])
+        # fprop  Y = X·Wᵀ   reduces over K: X along rows, W along rows
+        qx, qw = gemm_operands(x_MK, r.fprop_x, -1, w_NK, r.fprop_w, -1, signs, GEMMS["fprop"], layer)
+        y_MN = qx @ qw.t()
+        y_MN = y_MN if bias is None else y_MN + bias
+        ctx.save_for_backward(x_MK, w_NK)
+        ctx.recipe, ctx.signs, ctx.layer, ctx.has_bias = recipe, signs, layer, bias is not None
+        return y_MN.reshape(*x.shape[:-1], y_MN.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        r, signs, layer = ctx.recipe, ctx.signs, ctx.layer
+        x_MK, w_NK = ctx.saved_tensors
+        dy_MN = dy.reshape(-1, dy.shape[-1]).to(w_NK.dtype)
+        # dgrad  dX = dY·W   reduces over N: dY along rows, W along columns
+        qdy, qw = gemm_operands(dy_MN, r.dgrad_dy, -1, w_NK, r.dgrad_w, 0, signs, GEMMS["dgrad"], layer)
+        dx_MK = qdy @ qw
+        # wgrad  dW = dYᵀ·X  reduces over M: dY along columns, X along columns
+        qdy, qx = gemm_operands(dy_MN, r.wgrad_dy, 0, x_MK, r.wgrad_x, 0, signs, GEMMS["wgrad"], layer)
+        dw_NK = qdy.t() @ qx
+        db = dy_MN.sum(0) if ctx.has_bias else None
+        return dx_MK.reshape(*dy.shape[:-1], dx_MK.shape[-1]), dw_NK, db, None, None, None
+
+
+def compute_dtype(x) -> torch.dtype:
+    """The dtype a layer computes in: autocast's where it is on, else x's."""
+    dev = x.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+
+
+def set_rht(module: nn.Module, seed: int):
+    """Give a quantized module (QLinear, moe.GroupedExperts) the RHT signs of seed, in place: its
+    `rht_signs` buffer keeps its address, so compiled graphs (CUDA graphs too) read the new signs
+    without recompiling, and `rht_seed` records which they are."""
+    module.rht_seed = seed
+    with torch.no_grad():
+        module.rht_signs.copy_(rht_lib.random_signs(seed))
+
+
+class QLinear(nn.Linear):
+    """nn.Linear whose three training GEMMs follow a Recipe. Bias stays high precision. The RHT
+    signs are a buffer (not saved: set from the recipe's seed, and per step by resample_rht)."""
+
+    def __init__(self, in_features, out_features, bias=True, recipe: Recipe = None, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.recipe = recipe or RECIPES["bf16"]
+        self.rht_seed = self.recipe.rht_seed
+        self.register_buffer("rht_signs", rht_lib.random_signs(self.rht_seed).to(self.weight.device),
+                             persistent=False)
+        self.layer = ""  # the dotted name in the model, for the monitor; set by convert()
+        self.join, self.join_index = None, 0  # the Joined linears of one input it belongs to (convert)
+
+    def init_weights(self):  # after to_empty() from the meta device (model.init_weights calls it)
+        set_rht(self, self.rht_seed)
+
+    def forward(self, x):
+        if not self.recipe.quantized():
+            return F.linear(x, self.weight, self.bias)
+        if self.recipe.fused and MONITOR is None:  # the same bits, less work: "fused paths" below
+            return fused_linear(self, x)
+        # the layer name only when the monitor listens: read under torch.compile, it would be a
+        # guard that differs per block, and blocks compiled apart would recompile until the limit
+        layer, dtype = self.layer if MONITOR is not None else "", compute_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            bias = None if self.bias is None else self.bias.to(dtype)
+            return QLinearFn.apply(x.to(dtype), self.weight.to(dtype), bias, self.recipe, self.rht_signs, layer)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"
+
+
+def convert(model: nn.Module, recipe) -> nn.Module:
+    """Swap the nn.Linear layers of model.layers[i] (the transformer blocks) for QLinear in place,
+    keeping bf16_first/bf16_last blocks unchanged. Embeddings, LM head, norms, attention BMMs and
+    MoE routers are never touched. With recipe.fused, linears that read one input (a module's
+    `shared_input` names them: q, k, v; w1, w3) are joined (join_shared_inputs)."""
+    recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
+    n = len(model.layers)
+    first, last = n_blocks(recipe.bf16_first, n), n_blocks(recipe.bf16_last, n)
+    for i, block in enumerate(model.layers):
+        if i < first or i >= n - last:
+            continue
+        for name, mod in list(block.named_modules()):
+            if type(mod) is not nn.Linear or {"router", "gate"} & set(name.split(".")):
+                continue
+            q = QLinear(mod.in_features, mod.out_features, mod.bias is not None, recipe, device="meta")
+            q.weight, q.bias, q.layer = mod.weight, mod.bias, f"layers.{i}.{name}"
+            q.rht_signs = rht_lib.random_signs(q.rht_seed).to(mod.weight.device)  # meta: init_weights
+            parent = block.get_submodule(name.rpartition(".")[0]) if "." in name else block
+            setattr(parent, name.rpartition(".")[2], q)
+        if recipe.fused:
+            join_shared_inputs(block)
+    return model
+
+
+def resample_rht(model: nn.Module, step: int):
+    """Give every QLinear a fresh RHT sign vector for this step (recipe.rht_resample)."""
+    for m in model.modules():
+        if isinstance(m, QLinear):
+            set_rht(m, m.recipe.rht_seed + step)
+
+
+# ----------------------------------------------------------------------------- fused paths
+# The quantized linear above, with less work and memory and the same bits (recipe.fused, the
+# default; tests/test_quant.py compares each with QLinearFn):
+#   joined linears  Linears that read one input (q, k, v; w1, w3) run as one FusedLinearFn: X is
+#                   quantized once per role instead of once per layer, and the weights join along N
+#                   into one GEMM of each kind. Every weight and every output gradient is still
+#                   quantized on its own (its own e4m3 tensor scale too), and no block spans two
+#                   layers, so outputs and weight gradients are those of the layers apart; dX is one
+#                   GEMM instead of a sum of three (equal to fp32 rounding), and SR's draws are
+#                   grouped otherwise.
+#   pack_saved      X is kept for wgrad as its wgrad operand's codes + scales, quantized in the
+#                   forward, instead of the bf16 X (recipe.pack_saved; RTNE, 1-D blocks).
+#   one-read amax   An operand with e4m3 scales along rows and columns gets both tensor amaxes from
+#                   one read (the kernels only: kernels.tensor_amax_both).
+# The monitor reports every layer's own operands, X among them: while it listens, QLinearFn runs.
+
+
+def packs_saved(recipe) -> bool:
+    """recipe.pack_saved applies (fused path): X for wgrad is quantized deterministically (RTNE) in
+    1-D blocks, so its codes dequantize to exactly the operand the backward would make."""
+    s = recipe.wgrad_x
+    return recipe.fused and recipe.pack_saved and s is not None and s.rounding == "rtne" and not s.block_2d
+
+
+def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others, amax=None):
+    """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs (amax:
+    that operand's e4m3 tensor amax if known)."""
+    ctx.packed = None
+    if not packs:
+        return ctx.save_for_backward(x, *others)
+    qt = _quantize_any(x, recipe.wgrad_x, 0, signs, amax)
+    ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs)
+    ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, *others)
+
+
+def kept_for_backward(ctx) -> tuple:
+    """(x or its QTensor, [others]) as keep_for_backward saved them."""
+    if ctx.packed is None:
+        x, *others = ctx.saved_tensors
+        return x, others
+    codes, scales, t, *others = ctx.saved_tensors
+    return QTensor(codes, scales, t, *ctx.packed), others
+
+
+class _Parts(tuple):
+    """2-D tensors joined along dim `join` into one GEMM operand: weights [N_i, K] (join 0), or the
+    output gradients [M, N_i] (join 1) of linears that read one input (quant.linears); one part for
+    a linear alone."""
+
+    def __new__(cls, tensors, join: int):
+        parts = super().__new__(cls, tensors)
+        parts.join = join
+        return parts
+
+
+def _operand(t, spec, dim, signs, keep_rotated, amax=None):
+    """The GEMM operand of t: fake_quantize(t); t's dequantization if it is kept packed (QTensor); or
+    for _Parts, the joined operand with every part quantized as it would be on its own. No block
+    spans two parts (joinable), so without a tensor scale that is one call on the joined tensor
+    (SR's draws grouped otherwise); with e4m3 scales each part keeps its own tensor scale (amax[i])."""
+    if isinstance(t, QTensor):
+        return dequantize_any(t, keep_rotated)
+    if not isinstance(t, _Parts):
+        return t if spec is None else fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
+    if spec is not None and spec.scale != "e4m3":  # one kernel launch instead of one a part
+        return fake_quantize(_joined(list(t), t.join), spec, dim, signs=signs, keep_rotated=keep_rotated)
+    amax = amax or [None] * len(t)
+    if spec is None or len(t) == 1 or not _use_kernels(t[0]):
+        return _joined([_operand(p, spec, dim, signs, keep_rotated, a) for p, a in zip(t, amax)], t.join)
+    import kernels
+    signs = (rht_lib.random_signs(0) if signs is None else signs).to(t[0].device, torch.float32) if spec.rht else None
+    sr, dim = spec.rounding == "sr", dim % 2
+    amaxes = list(amax) if all(a is not None for a in amax) else []
+    return kernels.fake_quantize_joined_op(list(t), spec.levels, spec.block, spec.scale, sr, signs, spec.block_2d,
+                                           dim, t.join, keep_rotated, None, amaxes)
+
+
+def _joined(parts, join: int = 0) -> torch.Tensor:
+    return torch.cat(parts, join) if len(parts) > 1 else parts[0]
+
+
+def fused_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, amax=(None, None)):
+    """gemm_operands for the fused path: an operand may be _Parts or a packed QTensor (_operand);
+    amax: the operands' e4m3 tensor amaxes where known."""
+    both = both_rotated(spec_a, spec_b)
+    return _operand(a, spec_a, dim_a, signs, both, amax[0]), _operand(b, spec_b, dim_b, signs, both, amax[1])
+
+
+class FusedLinearFn(torch.autograd.Function):
+    """QLinearFn for the weights of linears that read one input, as parts [N_i, K] joined along N into
+    one GEMM of each kind; one output per part (one part: a linear alone). Each part, and its output's
+    gradient, is quantized on its own; X once per role. Only the parts are kept, and X as is, or
+    (packs_saved) as its wgrad operand's codes + scales. An operand with e4m3 scales both ways gets
+    its two tensor amaxes from one read (_amax_both): X's and W's in the forward (W's column ones kept
+    for dgrad), dY's in the backward."""
+
+    @staticmethod
+    def forward(ctx, x, bias, recipe, signs, *w_parts):
+        r = recipe
+        x_MK = x.reshape(-1, x.shape[-1])
+        packs = packs_saved(r)
+        amax = _amax_both(x_MK, r.fprop_x, r.wgrad_x, signs) if packs else (None, None)
+        amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
+        # fprop  Y = X·Wᵀ
+        qx, qw = fused_operands(x_MK, r.fprop_x, -1, _Parts(w_parts, 0), r.fprop_w, -1, signs,
+                                amax=(amax[0], [a[0] for a in amax_w]))   # qw: [N, K] joined
+        y_MN = qx @ qw.t()
+        y_MN = y_MN if bias is None else y_MN + bias
+        y = y_MN.reshape(*x.shape[:-1], y_MN.shape[-1])
+        cols = [a[1] for a in amax_w]
+        ctx.amax_w = all(a is not None for a in cols)
+        keep_for_backward(ctx, x_MK, r, signs, packs, *w_parts, *(cols if ctx.amax_w else ()), amax=amax[1])
+        ctx.recipe, ctx.signs, ctx.has_bias, ctx.n = recipe, signs, bias is not None, len(w_parts)
+        return y.split([p.shape[0] for p in w_parts], -1) if len(w_parts) > 1 else y
+
+    @staticmethod
+    def backward(ctx, *dys):
+        r, signs, n = ctx.recipe, ctx.signs, ctx.n
+        x_MK, kept = kept_for_backward(ctx)  # or its packed wgrad operand
+        w_parts, amax_w = kept[:n], (kept[n:] if ctx.amax_w else [None] * n)
+        dy_parts = [dy.reshape(-1, dy.shape[-1]).to(w_parts[0].dtype) for dy in dys]   # [M, N_i]
+        amax = [_amax_both(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
+        dy = _Parts(dy_parts, 1)                                                       # [M, N] joined
+        # dgrad  dX = dY·W
+        qdy, qw = fused_operands(dy, r.dgrad_dy, -1, _Parts(w_parts, 0), r.dgrad_w, 0, signs,
+                                 amax=([a[0] for a in amax], amax_w))
+        dx_MK = qdy @ qw
+        # wgrad  dW = dYᵀ·X
+        qdy, qx = fused_operands(dy, r.wgrad_dy, 0, x_MK, r.wgrad_x, 0, signs, amax=([a[1] for a in amax], None))
+        dws = (qdy.t() @ qx).split([p.shape[0] for p in w_parts])                     # [N_i, K] each
+        db = _joined([d.sum(0) for d in dy_parts]) if ctx.has_bias else None
+        return (dx_MK.reshape(*dys[0].shape[:-1], dx_MK.shape[-1]), db, None, None, *dws)
+
+
+def _fused_apply(x, layers):
+    """The outputs of QLinears that read x (one of them, or several joinable ones) from one
+    FusedLinearFn, in the autocast dtype (autocast itself off inside)."""
+    dtype, first = compute_dtype(x), layers[0]
+    bias = None if all(m.bias is None for m in layers) else _joined(
+        [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
+    with torch.autocast(x.device.type, enabled=False):
+        bias = None if bias is None else bias.to(dtype)
+        return FusedLinearFn.apply(x.to(dtype), bias, first.recipe, first.rht_signs,
+                                   *(m.weight.to(dtype) for m in layers))
+
+
+def fused_linear(layer, x):
+    """QLinear.forward on the fused path: through the linears joined to it (convert), if any."""
+    return _fused_apply(x, [layer]) if layer.join is None else layer.join(layer.join_index, x)
+
+
+def joinable(layers) -> bool:
+    """Whether linears that read one input can share one FusedLinearFn: QLinears of one quantized
+    recipe (so one RHT seed: convert and resample_rht set it per recipe; reading rht_seed here would
+    make compiled graphs guard on it), and every output width a whole number of blocks (so no block or
+    RHT group of dY or of a weight column spans two layers). Then every block of every operand is the
+    one the separate layers quantize."""
+    first = layers[0]
+    if not all(isinstance(layer, QLinear) for layer in layers):
+        return False
+    recipe = first.recipe
+    if not recipe.quantized() or any(m.recipe is not recipe for m in layers):
+        return False
+    specs = [s for s in recipe.specs().values() if s is not None]
+    return all(m.out_features % max(s.block, 16) == 0 for m in layers for s in specs)
+
+
+def linears(x, *layers) -> tuple:
+    """(layer(x) for layer in layers) for linears that read the same x: one FusedLinearFn where they
+    are joinable and the fused path runs, else each layer on its own."""
+    if len(layers) < 2 or not joinable(layers) or not layers[0].recipe.fused or MONITOR is not None:
+        return tuple(layer(x) for layer in layers)
+    return _fused_apply(x, layers)
+
+
+class Joined:
+    """Linears that read one input, joined by convert (a module's `shared_input` names them). The
+    model calls them one by one, as plain PyTorch does: the first called with an input x runs all of
+    them as one FusedLinearFn, and each of the others takes its output when called with that x (with
+    another input a layer computes anew). Once every output is taken no reference is kept. Under
+    torch.compile this bookkeeping is traced away: the graph holds the one FusedLinearFn."""
+
+    def __init__(self, layers):
+        self.layers = list(layers)
+        self.x, self.ys = None, [None] * len(self.layers)
+
+    def __call__(self, i: int, x):
+        if self.x is not x or self.ys[i] is None:
+            self.x, self.ys = x, list(_fused_apply(x, self.layers))
+        y, self.ys[i] = self.ys[i], None
+        if all(t is None for t in self.ys):
+            self.x = None
+        return y
+
+
+def join_shared_inputs(module: nn.Module):
+    """Join the QLinears that read one input, as the modules of `module` name them in `shared_input`
+    (model.Attention: wq, wk, wv), where they are joinable."""
+    for parent in module.modules():
+        layers = [getattr(parent, name) for name in getattr(parent, "shared_input", ())]
+        if len(layers) > 1 and joinable(layers):
+            joined = Joined(layers)
+            for i, layer in enumerate(layers):
+                layer.join, layer.join_index = joined, i
+
+
 # ----------------------------------------------------------------------------- kernel dispatch
 BACKEND = {"name": "auto", "logged": set()}  # 'auto' (Triton on CUDA), 'torch' or 'triton'
 
@@ -263,162 +748,6 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
     return y.movedim(-1, dim) if moved else y
 
 
-# ----------------------------------------------------------------------------- recipes
-@dataclass
-class Recipe:
-    """One QuantSpec (or None = bf16) per operand role, plus which blocks stay high precision."""
-    fprop_x: Optional[QuantSpec] = None
-    fprop_w: Optional[QuantSpec] = None
-    dgrad_dy: Optional[QuantSpec] = None
-    dgrad_w: Optional[QuantSpec] = None
-    wgrad_dy: Optional[QuantSpec] = None
-    wgrad_x: Optional[QuantSpec] = None
-    bf16_first: float = 0   # transformer blocks kept high precision at the start: a count (int)
-    bf16_last: float = 0    # or a fraction of the blocks (float < 1); the same at the end
-    rht_seed: int = 0
-    rht_resample: bool = False  # a fresh sign vector every step (same on every rank)
-    pack_saved: bool = True     # keep X for wgrad as its 4-bit codes + scales (quantized in the forward)
-                                # instead of the bf16 X: less activation memory, same bits (README)
-
-    def specs(self) -> dict:
-        return {r: getattr(self, r) for r in ROLES}
-
-    def quantized(self) -> bool:
-        return any(s is not None for s in self.specs().values())
-
-    def describe(self) -> str:
-        parts = [f"{r}={s.grid}/{s.block}{'x16' if s.block_2d else ''}/{s.scale}/{s.rounding}"
-                 f"{'/rht' if s.rht else ''}" for r, s in self.specs().items() if s is not None]
-        return (", ".join(parts) or "all bf16") + f"; bf16_first={self.bf16_first} bf16_last={self.bf16_last}"
-
-
-def _recipe(grid, block, scale, rht_gemms, block_2d=False, bf16_last=0):
-    def spec(role):
-        gemm = role.split("_")[0]
-        return QuantSpec(grid, block, scale, "sr" if role.endswith("_dy") else "rtne",
-                         rht=gemm in rht_gemms, block_2d=block_2d and role.endswith("_w"))
-    return Recipe(**{r: spec(r) for r in ROLES}, bf16_last=bf16_last)
-
-
-ALL_GEMMS = ("fprop", "dgrad", "wgrad")
-RECIPES = {  # docs/NUMERICS.md §7
-    "bf16": Recipe(),
-    "ufp4": _recipe("e1m2", 16, "fp32", ALL_GEMMS),
-    "e2m1": _recipe("e2m1", 16, "fp32", ("wgrad",)),
-    "nvfp4": _recipe("e2m1", 16, "e4m3", ("wgrad",), block_2d=True, bf16_last=0.15),
-    "mxfp4": _recipe("e2m1", 32, "e8m0", ("wgrad",)),
-    "ufp4-nv": _recipe("e1m2", 16, "e4m3", ALL_GEMMS),
-}
-_SPEC_KEYS = ("grid", "block", "scale", "max_level", "block_2d")
-_OVERRIDE_KEYS = _SPEC_KEYS + ("rht", "sr", "bf16_first", "bf16_last", "rht_seed", "rht_resample", "pack_saved")
-
-
-def _parse(key, value, kind):
-    if not isinstance(value, str):
-        return value
-    if kind is bool:
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"quant override {key}={value!r}: expected true or false")
-        return value.lower() in ("true", "1")
-    try:
-        return kind(value)
-    except ValueError:
-        raise ValueError(f"quant override {key}={value!r}: expected a {kind.__name__}") from None
-
-
-def _role_set(key, value):
-    """'none' | 'all' | comma list of GEMM names (fprop, dgrad, wgrad) or role names."""
-    value = ",".join(value) if isinstance(value, (list, tuple)) else str(value)
-    if value in ("none", ""):
-        return set()
-    roles = set()
-    for tok in value.split(","):
-        if tok == "all":
-            roles |= set(ROLES)
-        elif tok in GEMMS:  # for sr, a GEMM name means its dY operand
-            roles |= {r for r in GEMMS[tok] if key == "rht" or r.endswith("_dy")}
-        elif tok == "dy" and key == "sr":
-            roles |= {"dgrad_dy", "wgrad_dy"}
-        elif tok in ROLES:
-            roles.add(tok)
-        else:
-            raise ValueError(f"quant override {key}={value!r}: unknown {tok!r}; valid: none, all, "
-                             f"{', '.join(GEMMS)}, {'dy, ' if key == 'sr' else ''}{', '.join(ROLES)}")
-    return roles
-
-
-def recipe_from_overrides(name: str, **overrides) -> Recipe:
-    """A named recipe with command-line style overrides, e.g. rht='fprop,wgrad', sr='none',
-    grid='int4', scale='e4m3', block='32', max_level='2', bf16_first='1'."""
-    check_choice("recipe", name, list(RECIPES))
-    recipe = dataclasses.replace(RECIPES[name])
-    for key in overrides:
-        check_choice("quant override key", key, _OVERRIDE_KEYS)
-    types = {"grid": str, "block": int, "scale": str, "max_level": float, "block_2d": bool}
-    spec_kw = {k: _parse(k, v, types[k]) for k, v in overrides.items() if k in _SPEC_KEYS}
-    if (spec_kw or {"rht", "sr", "pack_saved"} & set(overrides)) and not recipe.quantized():
-        raise ValueError(f"recipe {name!r} quantizes nothing, so {sorted(overrides)} cannot apply; "
-                         "start from a 4-bit recipe such as ufp4")
-    rht_roles = _role_set("rht", overrides["rht"]) if "rht" in overrides else None
-    sr_roles = _role_set("sr", overrides["sr"]) if "sr" in overrides else None
-    for role, spec in recipe.specs().items():
-        if spec is None:
-            continue
-        kw = dict(spec_kw)
-        if "block_2d" in kw:
-            kw["block_2d"] = kw["block_2d"] and role.endswith("_w")
-        if rht_roles is not None:
-            kw["rht"] = role in rht_roles
-        if sr_roles is not None:
-            kw["rounding"] = "sr" if role in sr_roles else "rtne"
-        if kw.get("rht") or kw.get("block", 16) != 16:
-            kw.setdefault("block_2d", False)
-        setattr(recipe, role, dataclasses.replace(spec, **kw))
-    for key, kind in (("rht_seed", int), ("rht_resample", bool), ("pack_saved", bool)):
-        if key in overrides:
-            setattr(recipe, key, _parse(key, overrides[key], kind))
-    for key in ("bf16_first", "bf16_last"):
-        if key in overrides:
-            v = _parse(key, overrides[key], float)
-            if not (v >= 0 and math.isfinite(v)) or (v > 1 and v != int(v)):
-                raise ValueError(f"{key}={overrides[key]} is not valid: a count of blocks (0, 1, 2, ...) "
-                                 "or a fraction of them in (0, 1)")
-            setattr(recipe, key, int(v) if v >= 1 or v == 0 else v)
-    return recipe
-
-
-def n_blocks(count_or_fraction, n: int) -> int:
-    v = count_or_fraction
-    return round(v * n) if isinstance(v, float) and v < 1 else int(v)
-
-
-# ----------------------------------------------------------------------------- the quantized linear
-# The quantization monitor: a trainer sets MONITOR to a callable on the (eager) steps it wants to
-# measure; every quantized operand is then reported as
-#   MONITOR(layer, role, x, x_hat, spec, dim, signs=signs, rotated=both_rotated)
-# (see monitor.py for the statistics). None, the default, costs nothing.
-MONITOR = None
-
-
-def both_rotated(spec_a, spec_b) -> bool:
-    """Both operands of a GEMM are rotated by the same RHT: they stay in the rotated basis."""
-    return spec_a is not None and spec_b is not None and spec_a.rht and spec_b.rht
-
-
-def gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="", amax=(None, None)):
-    """Fake-quantize the two operands of one GEMM (_operand; amax: their e4m3 tensor amaxes where
-    known). If both are rotated by the same RHT they stay in the rotated basis (the product is
-    unchanged); otherwise each is rotated back."""
-    both = both_rotated(spec_a, spec_b)
-    # SR draws from torch's global generators (seed=None), so torch.manual_seed reproduces a run
-    qa, qb = _operand(a, spec_a, dim_a, signs, both, amax[0]), _operand(b, spec_b, dim_b, signs, both, amax[1])
-    if MONITOR is not None and roles is not None:
-        for role, t, q, spec, dim in ((roles[0], a, qa, spec_a, dim_a), (roles[1], b, qb, spec_b, dim_b)):
-            if spec is not None:  # (the monitor keeps linears apart: _Parts hold one tensor)
-                MONITOR(layer, role, t[0] if isinstance(t, _Parts) else t, q, spec, dim, signs=signs, rotated=both)
-    return qa, qb
-
-
 def _quantize_any(x, spec, dim, signs, amax=None) -> QTensor:
     """quantize(), through the Triton kernel where fake_quantize would use it (same codes and scales;
     amax as fake_quantize takes it); traced by torch.compile, the operator nanofp4::quantize_codes."""
@@ -442,33 +771,6 @@ def dequantize_any(qt: QTensor, keep_rotated: bool) -> torch.Tensor:
     return y.movedim(-1, qt.dim)
 
 
-def packs_saved(recipe) -> bool:
-    """recipe.pack_saved applies: X for wgrad is quantized deterministically (RTNE) in 1-D blocks and
-    no monitor needs X itself; the codes then dequantize to exactly the operand the backward would make."""
-    s = recipe.wgrad_x
-    return recipe.pack_saved and s is not None and s.rounding == "rtne" and not s.block_2d and MONITOR is None
-
-
-def keep_for_backward(ctx, x, recipe, signs, packs: bool, *others, amax=None):
-    """ctx.save_for_backward(x, *others), with x as its wgrad operand's codes + scales if packs (amax:
-    that operand's e4m3 tensor amax if known)."""
-    ctx.packed = None
-    if not packs:
-        return ctx.save_for_backward(x, *others)
-    qt = _quantize_any(x, recipe.wgrad_x, 0, signs, amax)
-    ctx.packed = (qt.spec, qt.dim, qt.dtype, qt.signs)
-    ctx.save_for_backward(qt.codes, qt.scales, qt.tensor_scale, *others)
-
-
-def kept_for_backward(ctx) -> tuple:
-    """(x or its QTensor, [others]) as keep_for_backward saved them."""
-    if ctx.packed is None:
-        x, *others = ctx.saved_tensors
-        return x, others
-    codes, scales, t, *others = ctx.saved_tensors
-    return QTensor(codes, scales, t, *ctx.packed), others
-
-
 def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
     """The e4m3 tensor amax of the 2-D t quantized along rows (spec_rows) and along columns (spec_cols,
     rotated), from one read (kernels.tensor_amax_both), where the kernels run; else (None, None)."""
@@ -480,190 +782,3 @@ def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
     signs = (rht_lib.random_signs(0) if signs is None else signs).to(t.device, torch.float32)
     a = kernels.tensor_amax_both_op(t, signs, spec_rows.rht)
     return a[0], a[1]
-
-
-class _Parts(tuple):
-    """2-D tensors joined along dim `join` into one GEMM operand: weights [N_i, K] (join 0), or the
-    output gradients [M, N_i] (join 1) of linears that read one input (quant.linears); one part for
-    a linear alone."""
-
-    def __new__(cls, tensors, join: int):
-        parts = super().__new__(cls, tensors)
-        parts.join = join
-        return parts
-
-
-def _operand(t, spec, dim, signs, keep_rotated, amax=None):
-    """The GEMM operand of t: fake_quantize(t); t's dequantization if it is kept packed (QTensor); or
-    for _Parts, the joined operand with every part quantized as it would be on its own. No block
-    spans two parts (joinable), so without a tensor scale that is one call on the joined tensor
-    (SR's draws grouped otherwise); with e4m3 scales each part keeps its own tensor scale (amax[i])."""
-    if isinstance(t, QTensor):
-        return dequantize_any(t, keep_rotated)
-    if not isinstance(t, _Parts):
-        return t if spec is None else fake_quantize(t, spec, dim, signs=signs, keep_rotated=keep_rotated, amax=amax)
-    if spec is not None and spec.scale != "e4m3":  # one kernel launch instead of one a part
-        return fake_quantize(_joined(list(t), t.join), spec, dim, signs=signs, keep_rotated=keep_rotated)
-    amax = amax or [None] * len(t)
-    if spec is None or len(t) == 1 or not _use_kernels(t[0]):
-        return _joined([_operand(p, spec, dim, signs, keep_rotated, a) for p, a in zip(t, amax)], t.join)
-    import kernels
-    signs = (rht_lib.random_signs(0) if signs is None else signs).to(t[0].device, torch.float32) if spec.rht else None
-    sr, dim = spec.rounding == "sr", dim % 2
-    amaxes = list(amax) if all(a is not None for a in amax) else []
-    return kernels.fake_quantize_joined_op(list(t), spec.levels, spec.block, spec.scale, sr, signs, spec.block_2d,
-                                           dim, t.join, keep_rotated, None, amaxes)
-
-
-def _joined(parts, join: int = 0) -> torch.Tensor:
-    return torch.cat(parts, join) if len(parts) > 1 else parts[0]
-
-
-class _QLinearFn(torch.autograd.Function):
-    """Y = X·Wᵀ + b with the recipe's six operand specs: fprop, dgrad and wgrad (docs/NUMERICS.md §6).
-    W comes as parts [N_i, K] (quant.linears), joined along N into one GEMM of each kind; one output
-    per part. Each part (and its output's gradient dY) is quantized on its own, so e4m3 scales keep
-    a tensor scale per weight, as the layers apart do. All read X, so X is quantized once per role.
-    Only the parts are kept, and X as is, or (recipe.pack_saved) as its wgrad operand's codes +
-    scales. Where an operand takes e4m3 scales both ways, its two tensor amaxes come from one read
-    (_amax_both): X's and W's in the forward (W's column ones kept for dgrad), dY's in the backward."""
-
-    @staticmethod
-    def forward(ctx, x, bias, recipe, signs, layer, *w_parts):
-        r = recipe
-        x2 = x.reshape(-1, x.shape[-1])                                 # [M, K]
-        packs = packs_saved(r)
-        amax = _amax_both(x2, r.fprop_x, r.wgrad_x, signs) if packs else (None, None)
-        amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
-        qx, qw = gemm_operands(x2, r.fprop_x, -1, _Parts(w_parts, 0), r.fprop_w, -1, signs, GEMMS["fprop"], layer,
-                                amax=(amax[0], [a[0] for a in amax_w]))   # qw: [N, K] joined
-        y = qx @ qw.t()                                                 # [M, N]
-        y = (y if bias is None else y + bias).reshape(*x.shape[:-1], y.shape[-1])
-        cols = [a[1] for a in amax_w]
-        ctx.amax_w = all(a is not None for a in cols)
-        keep_for_backward(ctx, x2, r, signs, packs, *w_parts, *(cols if ctx.amax_w else ()), amax=amax[1])
-        ctx.recipe, ctx.signs, ctx.has_bias, ctx.layer, ctx.n = recipe, signs, bias is not None, layer, len(w_parts)
-        return y.split([p.shape[0] for p in w_parts], -1) if len(w_parts) > 1 else y
-
-    @staticmethod
-    def backward(ctx, *dys):
-        r, signs, n = ctx.recipe, ctx.signs, ctx.n
-        x2, kept = kept_for_backward(ctx)  # x2: [M, K] or its packed wgrad operand
-        w_parts, amax_w = kept[:n], (kept[n:] if ctx.amax_w else [None] * n)
-        dy_parts = [dy.reshape(-1, dy.shape[-1]).to(w_parts[0].dtype) for dy in dys]   # [M, N_i]
-        amax = [_amax_both(dy, r.dgrad_dy, r.wgrad_dy, signs) for dy in dy_parts]
-        dy = _Parts(dy_parts, 1)                                        # [M, N] joined
-        qdy, qw = gemm_operands(dy, r.dgrad_dy, -1, _Parts(w_parts, 0), r.dgrad_w, 0, signs, GEMMS["dgrad"],
-                                 ctx.layer, amax=([a[0] for a in amax], amax_w))
-        dx = qdy @ qw                                                   # [M, K]
-        qdy, qx = gemm_operands(dy, r.wgrad_dy, 0, x2, r.wgrad_x, 0, signs, GEMMS["wgrad"], ctx.layer,
-                                 amax=([a[1] for a in amax], None))
-        dws = (qdy.t() @ qx).split([p.shape[0] for p in w_parts])      # [N_i, K] each
-        db = _joined([d.sum(0) for d in dy_parts]) if ctx.has_bias else None
-        return (dx.reshape(*dys[0].shape[:-1], dx.shape[-1]), db, None, None, None, *dws)
-
-
-def set_rht(module: nn.Module, seed: int):
-    """Give a quantized module (QLinear, moe.GroupedExperts) the RHT signs of seed, in place: its
-    `rht_signs` buffer keeps its address, so compiled graphs (CUDA graphs too) read the new signs
-    without recompiling, and `rht_seed` records which they are."""
-    module.rht_seed = seed
-    with torch.no_grad():
-        module.rht_signs.copy_(rht_lib.random_signs(seed))
-
-
-def _qlinear(x, weights, bias, recipe, signs, layer):
-    """x·[weights joined along N]ᵀ + bias through _QLinearFn, in the autocast dtype (autocast itself
-    off inside); weights: one tensor, or a tuple of them (then one output each); signs: the RHT
-    signs (a module's buffer)."""
-    dev = x.device.type
-    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
-    parts = weights if isinstance(weights, tuple) else (weights,)
-    with torch.autocast(dev, enabled=False):
-        b = None if bias is None else bias.to(dtype)
-        return _QLinearFn.apply(x.to(dtype), b, recipe, signs, layer, *(w.to(dtype) for w in parts))
-
-
-class QLinear(nn.Linear):
-    """nn.Linear whose three training GEMMs follow a Recipe. Bias stays high precision. The RHT
-    signs are a buffer (not saved: set from the recipe's seed, and per step by resample_rht)."""
-
-    def __init__(self, in_features, out_features, bias=True, recipe: Recipe = None, device=None, dtype=None):
-        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        self.recipe = recipe or RECIPES["bf16"]
-        self.rht_seed = self.recipe.rht_seed
-        self.register_buffer("rht_signs", rht_lib.random_signs(self.rht_seed).to(self.weight.device),
-                             persistent=False)
-        self.layer = ""  # the dotted name in the model, for the monitor; set by convert()
-
-    def init_weights(self):  # after to_empty() from the meta device (model.init_weights calls it)
-        set_rht(self, self.rht_seed)
-
-    def forward(self, x):
-        if not self.recipe.quantized():
-            return F.linear(x, self.weight, self.bias)
-        # the layer name only when the monitor listens: read under torch.compile, it would be a
-        # guard that differs per block, and blocks compiled apart would recompile until the limit
-        return _qlinear(x, self.weight, self.bias, self.recipe, self.rht_signs,
-                        self.layer if MONITOR is not None else "")
-
-    def extra_repr(self):
-        return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"
-
-
-def joinable(layers) -> bool:
-    """Whether linears that read one input can share one _QLinearFn: QLinears of one quantized recipe
-    (so one RHT seed: convert and resample_rht set it per recipe; reading rht_seed here would make
-    compiled graphs guard on it), every output width a whole number of blocks (so no block or RHT
-    group of dY or of a weight column spans two layers), and the monitor off (it reports per layer).
-    Then every block of every operand is the one the separate layers quantize."""
-    first = layers[0]
-    if MONITOR is not None or not all(isinstance(layer, QLinear) for layer in layers):
-        return False
-    recipe = first.recipe
-    if not recipe.quantized() or any(m.recipe is not recipe for m in layers):
-        return False
-    specs = [s for s in recipe.specs().values() if s is not None]
-    return all(m.out_features % max(s.block, 16) == 0 for m in layers for s in specs)
-
-
-def linears(x, *layers):
-    """(layer(x) for layer in layers) for linears that read the same x (q, k, v; w1, w3). Quantized
-    ones that can (joinable) share one _QLinearFn: x is quantized once per role instead of once per
-    layer, and their weights join along N into one GEMM of each kind (one dX, no sum of three).
-    Every weight and output gradient is quantized as the layers apart quantize it (its own e4m3
-    tensor scale too); the sums of the GEMMs and the stochastic-rounding draws are grouped
-    differently."""
-    if len(layers) < 2 or not joinable(layers):
-        return tuple(layer(x) for layer in layers)
-    bias = None if all(m.bias is None for m in layers) else torch.cat(
-        [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
-    return _qlinear(x, tuple(m.weight for m in layers), bias, layers[0].recipe, layers[0].rht_signs, "")
-
-
-def convert(model: nn.Module, recipe) -> nn.Module:
-    """Swap the nn.Linear layers of model.layers[i] (the transformer blocks) for QLinear in place,
-    keeping bf16_first/bf16_last blocks unchanged. Embeddings, LM head, norms, attention BMMs and
-    MoE routers are never touched."""
-    recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
-    n = len(model.layers)
-    first, last = n_blocks(recipe.bf16_first, n), n_blocks(recipe.bf16_last, n)
-    for i, block in enumerate(model.layers):
-        if i < first or i >= n - last:
-            continue
-        for name, mod in list(block.named_modules()):
-            if type(mod) is not nn.Linear or {"router", "gate"} & set(name.split(".")):
-                continue
-            q = QLinear(mod.in_features, mod.out_features, mod.bias is not None, recipe, device="meta")
-            q.weight, q.bias, q.layer = mod.weight, mod.bias, f"layers.{i}.{name}"
-            q.rht_signs = rht_lib.random_signs(q.rht_seed).to(mod.weight.device)  # meta: init_weights
-            parent = block.get_submodule(name.rpartition(".")[0]) if "." in name else block
-            setattr(parent, name.rpartition(".")[2], q)
-    return model
-
-
-def resample_rht(model: nn.Module, step: int):
-    """Give every QLinear a fresh RHT sign vector for this step (recipe.rht_resample)."""
-    for m in model.modules():
-        if isinstance(m, QLinear):
-            set_rht(m, m.recipe.rht_seed + step)

@@ -657,14 +657,17 @@ def test_fast_launch_of_tensor_amax_both():
     ("ufp4-nv", True)]))
 def test_pack_saved_through_the_kernels(name, compiled):
     """recipe.pack_saved with the Triton quantizer: X kept as the kernel's codes + scales gives the
-    same dX and dW bits as X kept whole (the dequantize kernel of the codes = the fused dequant).
-    Compiled, the packed X goes through the operators quantize_codes and dequantize in one graph
-    (fullgraph; SR off, as the compiled graph draws its SR seeds on the device)."""
+    same dX and dW bits as X kept whole (the dequantize kernel of the codes = the fused dequant), and
+    both the bits of the plain path (fused=false: no one-read amaxes either). Compiled, the packed X
+    goes through the operators quantize_codes and dequantize in one graph (fullgraph; SR off, as the
+    compiled graph draws its SR seeds on the device)."""
+    if compiled:
+        torch._dynamo.reset()  # each recipe compiles QLinear.forward anew: keep under the recompile limit
     quant.set_backend("triton")
     try:
         grads = []
-        for pack in ("false", "true"):
-            recipe = quant.recipe_from_overrides(name, pack_saved=pack, **({"sr": "none"} if compiled else {}))
+        for overrides in (dict(fused="false"), dict(pack_saved="false"), dict(pack_saved="true")):
+            recipe = quant.recipe_from_overrides(name, **overrides, **({"sr": "none"} if compiled else {}))
             torch.manual_seed(0)
             lin = quant.QLinear(64, 96 if compiled else 64, bias=False, recipe=recipe, device=DEV)
             f = torch.compile(lin, backend="aot_eager", fullgraph=True) if compiled else lin
@@ -673,8 +676,9 @@ def test_pack_saved_through_the_kernels(name, compiled):
             y = f(x)
             y.backward(torch.ones_like(y))
             grads.append((x.grad, lin.weight.grad))
-        for a, b in zip(*grads):
-            assert torch.equal(a, b)
+        for other in grads[1:]:
+            for a, b in zip(grads[0], other):
+                assert torch.equal(a, b)
     finally:
         quant.set_backend("auto")
 
@@ -739,9 +743,10 @@ def test_fake_quantize_joined_equals_the_parts(spec):
     ("ufp4-nv", False), ("nvfp4", False), ("ufp4", False), ("ufp4-nv", True), ("mxfp4", True)]))
 def test_joined_linears_through_the_kernels(name, compiled):
     """q, k, v in one quantized linear through the kernels (each weight and output gradient quantized
-    into its place of one operand: fake_quantize_joined) against the three layers apart: the same
-    outputs and weight gradients, dX to fp32 rounding (one GEMM instead of a sum of three). Compiled,
-    the joined linear goes through the operators and gives the eager bits (SR off)."""
+    into its place of one operand: fake_quantize_joined) against the three layers apart on the plain
+    path (QLinearFn): the same outputs and weight gradients, dX to fp32 rounding (one GEMM instead of
+    a sum of three). Compiled, the joined linear goes through the operators and gives the eager bits
+    (SR off)."""
     recipe = quant.recipe_from_overrides(name, sr="none", bf16_last="0")
     torch.manual_seed(0)
     layers = [quant.QLinear(64, n, bias=False, recipe=recipe, device=DEV) for n in (64, 32, 32)]
@@ -755,7 +760,7 @@ def test_joined_linears_through_the_kernels(name, compiled):
             ys = f(xr)
             return list(ys) + list(torch.autograd.grad(ys, [xr] + params, g))
         joined = run(lambda t: quant.linears(t, *layers))
-        apart = run(lambda t: [m(t) for m in layers])
+        apart = run(lambda t: [quant.QLinearFn.apply(t, m.weight, None, recipe, m.rht_signs, "") for m in layers])
         if compiled:
             by_graph = run(torch.compile(lambda t: quant.linears(t, *layers), backend="aot_eager", fullgraph=True))
     finally:

@@ -322,7 +322,7 @@ def near_tie_blocks(grid, scale, block, seed):
     midpoints between levels, in units of the block's own scale: any change to the fp32 order
     of operations of docs/NUMERICS.md §3 flips some of these roundings."""
     gen = torch.Generator().manual_seed(seed)
-    rows, nblk, g = 16, 4, G_MAX[grid]
+    rows, nblk = 16, 4
     amax = torch.exp2(torch.randint(-8, 9, (rows, nblk, 1), generator=gen).float())
     amax = amax * (1 + torch.rand(rows, nblk, 1, generator=gen))
     x = torch.zeros(rows, nblk, block)
@@ -837,10 +837,13 @@ def run_qlinear(layer, x, dy):
     return y, x.grad, layer.weight.grad, layer.bias.grad
 
 
+@pytest.mark.parametrize('fused', [False, True])
 @pytest.mark.parametrize('name', RECIPE_NAMES)
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-def test_qlinear_equals_hand_composition(name, dtype):
-    recipe = quant.RECIPES[name] if name == 'bf16' else quant.recipe_from_overrides(name, sr='none')
+def test_qlinear_equals_hand_composition(name, dtype, fused):
+    """QLinear's three GEMMs, on the plain path (QLinearFn) and the fused one, against fake_quantize."""
+    recipe = quant.RECIPES[name] if name == 'bf16' else quant.recipe_from_overrides(
+        name, sr='none', fused=str(fused).lower())
     assert all(s is None or s.rounding == 'rtne' for s in specs_of(recipe).values())
     K, N, B, T = 96, 64, 2, 32
     torch.manual_seed(0)
@@ -863,6 +866,32 @@ def test_qlinear_equals_hand_composition(name, dtype):
         assert rel_err(x2 @ w.float().T, y_ref - layer.bias.detach().float()) > 5 * tol
         assert rel_err(dy2 @ w.float(), dx_ref) > 5 * tol
         assert rel_err(dy2.T @ x2, dw_ref) > 5 * tol
+
+
+def plain_linear(layer, x):
+    """layer(x) through QLinearFn, the spec of every path (no autocast in these tests)."""
+    return quant.QLinearFn.apply(x, layer.weight, layer.bias, layer.recipe, layer.rht_signs, '')
+
+
+@pytest.mark.parametrize('pack', ['false', 'true'])
+@pytest.mark.parametrize('name', [n for n in RECIPE_NAMES if n != 'bf16'])
+def test_fused_linear_equals_plain(name, pack):
+    """A linear alone on the fused path (FusedLinearFn, X kept packed or not) gives QLinearFn's bits:
+    Y, dX, dW and db, stochastic rounding of dY included (the draws come in the same order)."""
+    recipe = quant.recipe_from_overrides(name, pack_saved=pack)
+    assert recipe.fused and quant.packs_saved(recipe) == (pack == 'true')
+    torch.manual_seed(0)
+    layer = quant.QLinear(64, 96, bias=True, recipe=recipe).to(torch.bfloat16)
+    x, dy = torch.randn(2, 32, 64).bfloat16(), torch.randn(2, 32, 96).bfloat16()
+    got, want = [], []
+    for f, out in ((layer, got), (lambda t: plain_linear(layer, t), want)):
+        xr = x.clone().requires_grad_()
+        torch.manual_seed(1)
+        y = f(xr)
+        out += [y, *torch.autograd.grad(y, [xr, layer.weight, layer.bias], dy)]
+    for a, b, what in zip(got, want, ('Y', 'dX', 'dW', 'db')):
+        assert torch.equal(a, b), (name, what)
+    assert not torch.equal(got[0], x @ layer.weight.detach().T + layer.bias.detach())  # it quantizes
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
@@ -1050,16 +1079,17 @@ def test_blocks_compiled_apart_share_one_graph():
 @pytest.mark.parametrize("name,bias", [("ufp4", False), ("e2m1", False), ("mxfp4", False), ("nvfp4", False),
                                        ("ufp4-nv", False), ("bf16", False), ("ufp4", True), ("ufp4-nv", True)])
 def test_linears_of_one_input_share_x(name, bias, monkeypatch):
-    """quant.linears(x, q, k, v) equals the three layers apart (deterministic rounding: outputs and
-    weight gradients to fp32 rounding; dX adds up GEMMs in another order), in one _QLinearFn call for
-    every quantized recipe, quantizing x once in the forward and the weights joined (with e4m3
-    scales one by one, a tensor scale per weight, not one spanning the joined weight)."""
+    """quant.linears(x, q, k, v) against the three layers apart on the plain path (QLinearFn), with
+    deterministic rounding: outputs, weight and bias gradients bit for bit (each weight and output
+    gradient is quantized as apart), dX to fp32 rounding (one GEMM instead of a sum of three). One
+    FusedLinearFn call for every quantized recipe, quantizing x once in the forward and the weights
+    joined (with e4m3 scales one by one, a tensor scale per weight, not one spanning the joined weight)."""
     recipe = quant.recipe_from_overrides(name, **({"sr": "none"} if quant.RECIPES[name].quantized() else {}))
     torch.manual_seed(0)
     layers = [quant.QLinear(64, n, bias=bias, recipe=recipe) for n in (64, 32, 32)]
     calls, quantized = [], []
-    apply, fq = quant._QLinearFn.apply, quant.fake_quantize
-    monkeypatch.setattr(quant._QLinearFn, "apply", lambda *a: calls.append(1) or apply(*a))
+    apply, fq = quant.FusedLinearFn.apply, quant.fake_quantize
+    monkeypatch.setattr(quant.FusedLinearFn, "apply", lambda *a: calls.append(1) or apply(*a))
     monkeypatch.setattr(quant, "fake_quantize", lambda t, *a, **k: quantized.append(tuple(t.shape)) or fq(t, *a, **k))
     x = torch.randn(2, 16, 64, requires_grad=True)
     ys = quant.linears(x, *layers)
@@ -1073,14 +1103,45 @@ def test_linears_of_one_input_share_x(name, bias, monkeypatch):
     params = [m.weight for m in layers] + ([m.bias for m in layers] if bias else [])
     dx, *dw = torch.autograd.grad(ys, [x] + params, g)
     x2 = x.detach().clone().requires_grad_()
-    ys2 = [m(x2) for m in layers]
+    ys2 = [plain_linear(m, x2) if joined else m(x2) for m in layers]
     dx2, *dw2 = torch.autograd.grad(ys2, [x2] + params, g)
-    for a, b in zip(list(ys) + dw + [dx], ys2 + dw2 + [dx2]):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for i, (a, b) in enumerate(zip(list(ys) + dw, ys2 + dw2)):
+        assert torch.equal(a, b), (name, i)
+    torch.testing.assert_close(dx, dx2, rtol=1e-5, atol=1e-5)
+
+
+class Three(nn.Module):
+    """Three linears of one input, named for convert as model.Attention names wq, wk, wv."""
+    shared_input = ("a", "b", "c")
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(32, 32), nn.Linear(32, 16), nn.Linear(32, 16, bias=False)
+
+
+def joined_three(recipe):
+    holder = nn.Module()
+    holder.layers = nn.ModuleList([Three()])
+    return quant.convert(holder, recipe).layers[0]
+
+
+def test_joined_linears_called_in_any_order():
+    """The linears convert joins may be called in any order, with other inputs in between: each
+    output is the one its layer gives alone on the plain path, and once every output is taken the
+    join keeps no reference to an input or an output."""
+    three = joined_three(quant.recipe_from_overrides("ufp4", sr="none"))
+    join = three.a.join
+    assert join is not None and three.b.join is join and three.c.join is join
+    x1, x2 = torch.randn(16, 32), torch.randn(16, 32)
+    for name, x in (("b", x1), ("a", x2), ("a", x1), ("c", x1), ("b", x2), ("c", x2), ("a", x2)):
+        layer = getattr(three, name)
+        assert torch.equal(layer(x), plain_linear(layer, x)), name
+    assert join.x is None and join.ys == [None, None, None]
 
 
 def test_linears_stay_apart_when_they_cannot_join():
-    """Output widths that are not whole blocks, different recipes, or the monitor listening: apart."""
+    """Output widths that are not whole blocks, different recipes, a plain linear, recipe.fused off
+    or the monitor listening: apart."""
     r = quant.RECIPES["ufp4"]
     odd = [quant.QLinear(32, 24, bias=False, recipe=r), quant.QLinear(32, 16, bias=False, recipe=r)]
     mixed = [quant.QLinear(32, 16, bias=False, recipe=r), quant.QLinear(32, 16, bias=False, recipe=quant.RECIPES["e2m1"])]
@@ -1088,20 +1149,23 @@ def test_linears_stay_apart_when_they_cannot_join():
     assert not any(quant.joinable(ls) for ls in (odd, mixed, plain))
     ok = [quant.QLinear(32, 16, bias=False, recipe=r), quant.QLinear(32, 32, bias=False, recipe=r)]
     assert quant.joinable(ok)
-    quant.MONITOR = lambda *a, **k: None
+    three = joined_three(quant.recipe_from_overrides("ufp4", fused="false"))
+    assert all(m.join is None for m in (three.a, three.b, three.c))
+    x, seen = torch.randn(16, 32), []
+    quant.MONITOR = lambda layer, role, *a, **k: seen.append(role)
     try:
-        assert not quant.joinable(ok)
+        assert len(quant.linears(x, *ok)) == 2 and seen == ["fprop_x", "fprop_w"] * 2  # each layer on its own
     finally:
         quant.MONITOR = None
 
 
 @pytest.mark.parametrize("name", ["ufp4", "e2m1", "mxfp4", "nvfp4", "ufp4-nv"])
 def test_pack_saved_gives_the_same_gradients_from_4_bits(name):
-    """recipe.pack_saved keeps X for wgrad as codes + scales: dX, dW, db are bit-identical to keeping
-    X (stochastic rounding of dY included: the draws come in the same order), and the backward keeps
-    fewer bytes."""
-    def run(pack):
-        recipe = quant.recipe_from_overrides(name, pack_saved=str(pack).lower())
+    """recipe.pack_saved keeps X for wgrad as codes + scales: dX, dW, db are bit-identical to the plain
+    path's, which keeps X (stochastic rounding of dY included: the draws come in the same order), and
+    the backward keeps fewer bytes."""
+    def run(**overrides):
+        recipe = quant.recipe_from_overrides(name, **overrides)
         torch.manual_seed(0)
         lin = quant.QLinear(64, 64, bias=True, recipe=recipe)
         x = torch.randn(3, 32, 64, requires_grad=True)
@@ -1115,12 +1179,68 @@ def test_pack_saved_gives_the_same_gradients_from_4_bits(name):
         torch.manual_seed(1)
         y.backward(torch.randn_like(y))
         return [x.grad, lin.weight.grad, lin.bias.grad], sum(kept.values()) - 4 * 64 * 64
-    (apart, n_x), (packed, n_p) = run(False), run(True)
-    for a, b in zip(apart, packed):
+    (plain, n_x), (packed, n_p) = run(fused="false"), run(pack_saved="true")
+    for a, b in zip(plain, packed):
         assert torch.equal(a, b)
     assert n_p < n_x / 2  # fp32 X (4 bytes) against 0.5 + (scale bytes) / block
+    assert not quant.packs_saved(quant.recipe_from_overrides(name, fused="false"))
     with pytest.raises(ValueError, match="quantizes nothing"):
         quant.recipe_from_overrides("bf16", pack_saved="true")
+
+
+@pytest.mark.parametrize("name", ["ufp4", "nvfp4"])
+def test_convert_joins_the_model_linears(name, monkeypatch):
+    """model.py calls wq, wk, wv and w1, w3 one by one; convert joins them (recipe.fused): one
+    FusedLinearFn per group and per lone linear, where the plain path (fused=false) runs seven
+    QLinearFns a block. The loss is bit for bit the plain path's, the gradients equal to fp32 rounding
+    (dX of a join is one GEMM instead of a sum), and after the step no join keeps a tensor."""
+    import model as model_lib
+    cfg = model_lib.get_config("tiny", n_layer=2, vocab_size=64, seq_len=16)
+    x = torch.randint(0, 64, (2, 16))
+    calls = []
+    for fn in (quant.QLinearFn, quant.FusedLinearFn):
+        monkeypatch.setattr(fn, "apply", (lambda name, apply: lambda *a: calls.append(name) or apply(*a))(fn.__name__, fn.apply))
+
+    def run(fused):
+        recipe = quant.recipe_from_overrides(name, sr="none", bf16_last="0", fused=fused)
+        torch.manual_seed(0)
+        m = quant.convert(model_lib.Transformer(cfg), recipe)
+        calls.clear()
+        loss = m(x, x)[1]
+        loss.backward()
+        return m, loss, [p.grad for p in m.parameters()], list(calls)
+    m, loss, grads, fused_calls = run("true")
+    _, loss2, grads2, plain_calls = run("false")
+    assert fused_calls == ["FusedLinearFn"] * 8 and plain_calls == ["QLinearFn"] * 14
+    for blk in m.layers:
+        assert blk.attn.wq.join is blk.attn.wk.join is blk.attn.wv.join is not None and blk.attn.wo.join is None
+        assert blk.ffn.w1.join is blk.ffn.w3.join is not None and blk.ffn.w2.join is None
+        assert blk.attn.wq.join.x is None and blk.ffn.w1.join.ys == [None, None]
+    assert torch.equal(loss, loss2)
+    for a, b in zip(grads, grads2):
+        assert rel_err(a, b) < 1e-4
+
+
+def test_joined_linears_under_activation_checkpointing():
+    """Blocks recomputed in the backward (train.activation_checkpointing) run their joins again: the
+    same loss and gradients bit for bit as without recomputing, and no join keeps a tensor after."""
+    import functools
+    import model as model_lib
+    cfg = model_lib.get_config("tiny", n_layer=2, vocab_size=64, seq_len=16)
+    x = torch.randint(0, 64, (2, 16))
+
+    def run(recompute):
+        torch.manual_seed(0)
+        m = quant.convert(model_lib.Transformer(cfg), quant.recipe_from_overrides("ufp4", sr="none"))
+        if recompute:
+            for block in m.layers:
+                block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
+        loss = m(x, x)[1]
+        loss.backward()
+        assert all(b.attn.wq.join.x is None and b.ffn.w1.join.x is None for b in m.layers)
+        return [loss] + [p.grad for p in m.parameters()]
+    for a, b in zip(run(False), run(True)):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.full
@@ -1157,6 +1277,7 @@ def test_whole_model_compiles_to_one_graph(name="ufp4"):
     cfg = model_lib.get_config("tiny", n_layer=1, vocab_size=64, seq_len=16)
     torch.manual_seed(0)
     m = quant.convert(model_lib.Transformer(cfg), quant.RECIPES[name])
+    assert m.layers[0].attn.wq.join is not None  # joined linears
     x = torch.randint(0, 64, (2, 16))
     torch._dynamo.reset()
     counters.clear()
