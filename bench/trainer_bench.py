@@ -8,6 +8,10 @@ fresh process, into OUT_DIR/<config>-<recipe>/. From its log.jsonl, after the fi
 (compilation, CUDA graph capture): the median of the per-step tokens/s, and the wall-clock tokens/s
 from the log's time_s (evaluation and logging included). Ratios are to the bf16 run of this call.
 Arguments after `--` go to every train.py run.
+
+`--warm N` first runs every recipe for 4 steps (one evaluation included), N processes at a time, into
+OUT_DIR/warm/: torch.compile's caches (Inductor's and Triton's, shared by the processes) are then
+filled, so the timed runs, one at a time, load their graphs instead of compiling them one after another.
 """
 import argparse
 import json
@@ -43,15 +47,39 @@ def main():
     ap.add_argument("--out-dir", default="runs/trainer_bench")
     ap.add_argument("--label", default="", help="a suffix for the run directories (e.g. the compile mode)")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--warm", type=int, default=0, metavar="N",
+                    help="fill the compile caches first: every recipe 4 steps, N processes side by side")
     args, extra = ap.parse_known_args()
     extra = [a for a in extra if a != "--"]
+    if args.warm < 0:
+        sys.exit(f"--warm {args.warm}: the number of processes side by side, 0 (no warm-up) or more")
     name = Path(args.config).stem + (f"-{args.label}" if args.label else "")
+    config, out_dir = Path(args.config).resolve(), Path(args.out_dir).resolve()  # train.py runs in ROOT
+    recipes = args.recipes.split(",")
+
+    def train_cmd(recipe, steps, eval_interval, run_dir):
+        return [sys.executable, str(ROOT / "train.py"), str(config), f"--quant.recipe={recipe}",
+                f"--train.max_steps={steps}", f"--train.eval_interval={eval_interval}",
+                "--train.ckpt_interval=-1", "--train.resume=false", f"--log.out_dir={run_dir}", *extra]
+
+    if args.warm:
+        t0 = time.time()
+        warm_dir = out_dir / "warm"
+        warm_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(0, len(recipes), args.warm):
+            batch = {}
+            for r in recipes[i:i + args.warm]:
+                with open(warm_dir / f"{name}-{r}.log", "w") as f:
+                    batch[r] = subprocess.Popen(train_cmd(r, 4, 2, warm_dir / f"{name}-{r}"), cwd=ROOT,
+                                                stdout=f, stderr=subprocess.STDOUT)
+            for r, proc in batch.items():
+                if proc.wait():  # the timed run will fail the same way and say so; go on
+                    print(f"warm-up of {r} failed (exit {proc.returncode}): {warm_dir / f'{name}-{r}.log'}", flush=True)
+        print(f"warm-up: {len(recipes)} runs, {args.warm} side by side, {time.time() - t0:.0f} s", flush=True)
     results = []
-    for recipe in args.recipes.split(","):
-        run_dir = Path(args.out_dir) / f"{name}-{recipe}"
-        cmd = [sys.executable, str(ROOT / "train.py"), args.config, f"--quant.recipe={recipe}",
-               f"--train.max_steps={args.steps}", f"--train.eval_interval={args.eval_interval}",
-               "--train.ckpt_interval=-1", "--train.resume=false", f"--log.out_dir={run_dir}", *extra]
+    for recipe in recipes:
+        run_dir = out_dir / f"{name}-{recipe}"
+        cmd = train_cmd(recipe, args.steps, args.eval_interval, run_dir)
         t0 = time.time()
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode:
@@ -73,8 +101,11 @@ def main():
         print(f"{r['recipe']:<9} {r['median_tok_s']:>13,.0f} {r['x_bf16_median'] or 0:>7.3f} {r['wall_tok_s']:>11,.0f} "
               f"{r['x_bf16_wall'] or 0:>7.3f} {r['val_loss'] or 0:>9.4f}  {r['compile']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(config=args.config, steps=args.steps, skip=args.skip, extra=extra,
-                                                   date=time.strftime("%Y-%m-%d"), results=results), indent=1))
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        Path(args.json).write_text(json.dumps(dict(
+            config=args.config, steps=args.steps, skip=args.skip, extra=extra, date=time.strftime("%Y-%m-%d"),
+            device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            commit=commit.stdout.strip() or None, results=results), indent=1))
 
 
 if __name__ == "__main__":
