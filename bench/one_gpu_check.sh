@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The checks that need one GPU, in parts of a few minutes each (a lent GPU comes for ~10 minutes a
+# call; compile caches in OUT/cache carry over between calls on the same machine):
+#   bits    the kernel and quantized-linear tests on the GPU (compiled kernels against the reference)
+#   small   small.toml as shipped, every recipe (train.py's own log, bench/trainer_bench.py --warm),
+#           then bf16 and ufp4 without CUDA graphs (train.compile_mode=default)
+#   moe     moe-small.toml as shipped, every recipe; with OLD, bf16 and ufp4 of OLD's tree beside it
+#   kernels bench/kernels_bench.py --no-sweep of this tree, then of OLD's (--tree), side by side
+#   dense   dense-1.5b, whole model compiled, every recipe (bench/train_bench.py --compile full);
+#           with OLD, OLD's tree right after
+#   [OLD=../old-checkout] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART...
+#   bench/one_gpu_check.sh data/shakespeare runs/gpu_check bits small
+set -uo pipefail  # a failing part is reported and the others still run
+cd "$(dirname "$0")/.."
+if [ $# -lt 3 ]; then echo "usage: [OLD=DIR] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART... (bits small moe kernels dense)" >&2; exit 2; fi
+data=$(realpath "$1"); out=$(realpath -m "$2"); shift 2; py=${PYTHON:-python}; old=${OLD:+$(realpath "$OLD")}
+mkdir -p "$out"
+export TORCHINDUCTOR_CACHE_DIR=$out/cache/inductor TRITON_CACHE_DIR=$out/cache/triton
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$py" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)${old:+, OLD $old}"; date -u; } > "$out/machine.txt"
+tb() { "$py" bench/trainer_bench.py "$@" --steps 100 --skip 30 --eval-interval 50 --warm 8; }
+for part in "$@"; do
+    echo "=== $part ($(date -u +%H:%M:%S))"
+    case $part in
+    bits) env -u TRITON_INTERPRET "$py" -m pytest -q -n 4 --full -rs -p no:cacheprovider tests/test_kernels.py \
+              tests/test_quant.py > "$out/bits.txt" 2>&1; tail -3 "$out/bits.txt" ;;
+    small) tb configs/small.toml --out-dir "$out/small" --json "$out/small.json" -- --data.dir="$data" > "$out/small.txt" 2>&1
+           tb configs/small.toml --recipes bf16,ufp4 --label default --out-dir "$out/small" --json "$out/small_default.json" \
+              -- --data.dir="$data" --train.compile_mode=default > "$out/small_default.txt" 2>&1
+           tail -8 "$out/small.txt"; tail -3 "$out/small_default.txt" ;;
+    moe) tb configs/moe-small.toml --out-dir "$out/moe" --json "$out/moe.json" -- --data.dir="$data" > "$out/moe.txt" 2>&1
+         tail -8 "$out/moe.txt"
+         if [ -n "$old" ]; then
+             (cd "$old" && "$py" bench/trainer_bench.py configs/moe-small.toml --recipes bf16,ufp4 --label old --steps 100 \
+                 --skip 30 --eval-interval 50 --out-dir "$out/moe" --json "$out/moe_old.json" -- --data.dir="$data") \
+                 > "$out/moe_old.txt" 2>&1; tail -3 "$out/moe_old.txt"
+         fi ;;
+    kernels) "$py" bench/kernels_bench.py --no-sweep --skip-check --out "$out/kernels.json" > "$out/kernels.txt" 2>&1
+             [ -n "$old" ] && "$py" bench/kernels_bench.py --no-sweep --skip-check --tree "$old" --out "$out/kernels_old.json" \
+                 > "$out/kernels_old.txt" 2>&1
+             tail -12 "$out/kernels.txt" ;;
+    dense) "$py" bench/train_bench.py --compile full --out "$out/dense.json" > "$out/dense.txt" 2>&1; tail -9 "$out/dense.txt"
+           [ -n "$old" ] && (cd "$old" && "$py" bench/train_bench.py --compile full --out "$out/dense_old.json") \
+               > "$out/dense_old.txt" 2>&1 ;;
+    *) echo "unknown part $part: bits small moe kernels dense" >&2 ;;
+    esac
+done
+echo "=== done ($(date -u +%H:%M:%S)): $out"
