@@ -5,9 +5,10 @@ SwiGLU MLP, with an untied input embedding and LM head and no biases anywhere.
 Precision. Only the nn.Linear layers inside `model.layers[i]` (attention wq/wk/wv/wo and the
 MLP w1/w2/w3) are candidates for 4-bit GEMMs; quant.convert swaps them later, and this file never
 calls it. Each linear is called on its own; a module's `shared_input` names those that read one
-input (wq, wk, wv; w1, w3), which convert may join into one GEMM of each kind. Everything else stays high precision in every recipe: the embedding and LM head,
-the norms (computed in fp32), RoPE (fp32 cos/sin, applied in fp32), the attention score/value
-BMMs and softmax (inside scaled_dot_product_attention), and the cross-entropy (on fp32 logits).
+input (wq, wk, wv; w1, w3), which convert may join into one GEMM of each kind. Everything else
+stays high precision in every recipe: the embedding and LM head, the norms (computed in fp32),
+RoPE (fp32 cos/sin, applied in fp32), the attention score/value BMMs and softmax (inside
+scaled_dot_product_attention), and the cross-entropy (on fp32 logits).
 Under torch.autocast(bf16) the residual stream stays fp32, because the embedding output is fp32
 and every sublayer output is added onto it.
 
