@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need one GPU, in parts of a few minutes each (a lent GPU comes for ~10 minutes a
 # call; compile caches in OUT/cache carry over between calls on the same machine):
-#   bits    the kernel and quantized-linear tests on the GPU (compiled kernels against the reference)
+#   bits    the kernel and quantized-linear tests on the GPU (scripts/gpu_tests.sh: compiled kernels
+#           against the reference)
 #   small   small.toml as shipped, every recipe (train.py's own log, bench/trainer_bench.py --warm),
 #           then bf16 and ufp4 without CUDA graphs (train.compile_mode=default)
 #   moe     moe-small.toml as shipped, every recipe; with OLD, bf16 and ufp4 of OLD's tree beside it
@@ -23,8 +24,8 @@ tb() { "$py" bench/trainer_bench.py "$@" --steps 100 --skip 30 --eval-interval 5
 for part in "$@"; do
     echo "=== $part ($(date -u +%H:%M:%S))"
     case $part in
-    bits) env -u TRITON_INTERPRET "$py" -m pytest -q -n 4 --full -rs -p no:cacheprovider tests/test_kernels.py \
-              tests/test_quant.py > "$out/bits.txt" 2>&1; tail -3 "$out/bits.txt" ;;
+    bits) scripts/gpu_tests.sh "$out/bits.txt" tests/test_kernels.py tests/test_quant.py > /dev/null 2>&1
+          tail -3 "$out/bits.txt" ;;
     small) tb configs/small.toml --out-dir "$out/small" --json "$out/small.json" -- --data.dir="$data" > "$out/small.txt" 2>&1
            tb configs/small.toml --recipes bf16,ufp4 --label default --out-dir "$out/small" --json "$out/small_default.json" \
               -- --data.dir="$data" --train.compile_mode=default > "$out/small_default.txt" 2>&1
