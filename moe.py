@@ -160,6 +160,12 @@ def _packs(recipe) -> bool:
     return quant.packs_saved(recipe) and recipe.wgrad_x.scale != "e4m3"
 
 
+def _grouped_fprop(x_MK, offs_E, recipe, signs, w_parts):
+    w_ENK = torch.cat(w_parts, 1) if len(w_parts) > 1 else w_parts[0]
+    qx, qw = _gemm_operands(x_MK, recipe.fprop_x, -1, w_ENK, recipe.fprop_w, -1, signs, offs_E)
+    return _gmm(qx, qw.transpose(1, 2), offs_E)
+
+
 class _GroupedLinearFn(torch.autograd.Function):
     """y_MN = x_MK · w_ENK[e]ᵀ on the rows of every expert e (ends offs_E), with the recipe's six roles.
     The weights come as parts [E, N_i, K] joined along N here, so that only the parts are saved; x
@@ -167,12 +173,10 @@ class _GroupedLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_MK, offs_E, recipe, signs, *w_parts):
-        w_ENK = torch.cat(w_parts, 1) if len(w_parts) > 1 else w_parts[0]
-        qx, qw = _gemm_operands(x_MK, recipe.fprop_x, -1, w_ENK, recipe.fprop_w, -1, signs, offs_E)
         # groups are aligned to the block: one quantization of the whole buffer when packed
         quant.keep_for_backward(ctx, x_MK, recipe, signs, _packs(recipe), offs_E, *w_parts)
         ctx.recipe, ctx.signs = recipe, signs
-        return _gmm(qx, qw.transpose(1, 2), offs_E)
+        return _grouped_fprop(x_MK, offs_E, recipe, signs, w_parts)
 
     @staticmethod
     def backward(ctx, dy_MN):
@@ -194,6 +198,8 @@ def grouped_linear(x_MK, w_ENK, offs_E, recipe, signs=None):
     parts = tuple(w_ENK) if isinstance(w_ENK, (tuple, list)) else (w_ENK,)
     if signs is None:
         signs = rht_lib.random_signs(recipe.rht_seed).to(x_MK.device)
+    if not torch.is_grad_enabled():  # evaluation: the forward alone (torch.compile of 2.11 passed a
+        return _grouped_fprop(x_MK, offs_E, recipe, signs, parts)  # Function's arguments shifted under no_grad)
     return _GroupedLinearFn.apply(x_MK, offs_E, recipe, signs, *parts)
 
 
