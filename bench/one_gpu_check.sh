@@ -20,7 +20,9 @@ export TORCHINDUCTOR_CACHE_DIR=$out/cache/inductor TRITON_CACHE_DIR=$out/cache/t
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   "$py" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)${old:+, OLD $old}"; date -u; } > "$out/machine.txt"
-tb() { "$py" bench/trainer_bench.py "$@" --steps 100 --skip 30 --eval-interval 50 --warm 8; }
+# the bench's own options before the config's overrides (what follows `--` goes to train.py); 4 side by
+# side: 8 runs of small compiling at once ran out of an H100's 80 GB
+tb() { "$py" bench/trainer_bench.py "$1" --steps 100 --skip 30 --eval-interval 50 --warm 4 "${@:2}"; }
 for part in "$@"; do
     echo "=== $part ($(date -u +%H:%M:%S))"
     case $part in
@@ -32,10 +34,13 @@ for part in "$@"; do
            tail -8 "$out/small.txt"; tail -3 "$out/small_default.txt" ;;
     moe) tb configs/moe-small.toml --out-dir "$out/moe" --json "$out/moe.json" -- --data.dir="$data" > "$out/moe.txt" 2>&1
          tail -8 "$out/moe.txt"
-         if [ -n "$old" ]; then
+         if [ -n "$old" ]; then  # bf16 and ufp4 of both trees, evaluating only after the last step (a tree
+             # before 6a72c1b needs that commit's moe.py change: its evaluation crashed under torch 2.11's compile)
+             tb configs/moe-small.toml --recipes bf16,ufp4 --label noeval --eval-interval 1000 --out-dir "$out/moe" \
+                 --json "$out/moe_noeval.json" -- --data.dir="$data" > "$out/moe_noeval.txt" 2>&1
              (cd "$old" && "$py" bench/trainer_bench.py configs/moe-small.toml --recipes bf16,ufp4 --label old --steps 100 \
-                 --skip 30 --eval-interval 50 --out-dir "$out/moe" --json "$out/moe_old.json" -- --data.dir="$data") \
-                 > "$out/moe_old.txt" 2>&1; tail -3 "$out/moe_old.txt"
+                 --skip 30 --eval-interval 1000 --out-dir "$out/moe" --json "$out/moe_old.json" -- --data.dir="$data") \
+                 > "$out/moe_old.txt" 2>&1; tail -3 "$out/moe_noeval.txt"; tail -3 "$out/moe_old.txt"
          fi ;;
     kernels) "$py" bench/kernels_bench.py --no-sweep --skip-check --out "$out/kernels.json" > "$out/kernels.txt" 2>&1
              [ -n "$old" ] && "$py" bench/kernels_bench.py --no-sweep --skip-check --tree "$old" --out "$out/kernels_old.json" \
