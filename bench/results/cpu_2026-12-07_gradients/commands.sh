@@ -1,0 +1,28 @@
+#!/bin/bash
+# CPU gradient-shrinkage measurement, 2026-12-07, run from the repository root (worktree of branch cpu-gradients).
+# Machine: CPU only, 2 cores; every process limited to 2 threads.
+set -x
+export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
+PY=/work/venv/bin/python
+RUN=runs/grad8
+OUT=bench/results/cpu_2026-12-07_gradients
+TRAIN="$PY train.py configs/tiny.toml --model.n_layer=8 --model.d_model=128 --model.seq_len=128 \
+  --model.ffn_hidden=384 --data.batch_size=16 --train.device=cpu --train.max_steps=500 \
+  --train.eval_interval=100 --train.ckpt_interval=0 --quant.recipe=bf16 --log.out_dir=$RUN"
+mkdir -p $RUN/snap
+# bf16 (unquantized; float32 on the CPU) training in three segments; ckpt.pt is copied after each
+$TRAIN --train.stop_after=50;  cp $RUN/ckpt.pt $RUN/snap/step50.pt
+$TRAIN --train.stop_after=100; cp $RUN/ckpt.pt $RUN/snap/step150.pt
+$TRAIN;                        cp $RUN/ckpt.pt $RUN/snap/step500.pt
+# gradients against bf16 on each snapshot, torch reference backend on the CPU (autocast off: fp32).
+# The last snapshot gets 32 batches, the first 16. The step-150 snapshot was trained and kept but not analyzed:
+# at ~3 s per forward+backward on 2 cores, the step-500 analysis took ~25 min and the time ran out.
+# (These ran as a second script after the training: the first version of this file looped 16 batches over all
+# three snapshots; it was stopped before any analysis ran and restarted with this order.)
+G="--recipe ufp4 --recipe e2m1 --recipe nvfp4 --recipe mxfp4 --recipe ufp4-nv"
+$PY -m analysis.gradients --ckpt $RUN/snap/step500.pt $G --recipe "ufp4 rht=none" --recipe "e2m1 rht=none" \
+  --batches 32 --draws 2 --device cpu --out $RUN/grad_step500
+$PY -m analysis.gradients --ckpt $RUN/snap/step50.pt $G --recipe "ufp4 rht=none" --recipe "e2m1 rht=none" \
+  --batches 16 --draws 2 --device cpu --out $RUN/grad_step50 --no-plots
+# summaries (README numbers): results copied to $OUT/step{50,500}/, then
+# $PY $OUT/summarize.py 50 500

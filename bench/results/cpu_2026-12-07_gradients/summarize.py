@@ -1,0 +1,86 @@
+"""Summaries of the gradients.json files in this directory (python bench/results/cpu_2026-12-07_gradients/summarize.py).
+
+ratio: per batch, the mean over all block matrices (or one block's matrices) of the projection ratio, then the
+mean over batches with its 95 % t interval (analysis.stats.mean_ci). Differences between recipes and the slope
+against block index are paired per batch (every recipe saw the same batches). cosine: the JSON keeps only each
+matrix's mean and interval, so the block average is the mean of the means and its half-width the mean of the
+half-widths (an upper bound on the half-width of the averaged quantity).
+"""
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from analysis.stats import mean_ci  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def load(step):
+    p = HERE / f"step{step}" / "gradients.json"
+    return json.loads(p.read_text() if p.exists() else gzip.decompress(p.with_suffix(".json.gz").read_bytes()))
+
+
+def per_batch(layers, blocks=None):
+    rows = [L["ratio_per_batch"] for L in layers if blocks is None or L["block"] in blocks]
+    return np.mean(np.array(rows), axis=0)  # [batches]
+
+
+def fmt(c, d=4):
+    return f"{c['mean']:.{d}f} ± {c['half']:.{d}f}"
+
+
+def summary(step):
+    J = load(step)
+    recs = J["recipes"]
+    nblk = max(L["block"] for L in next(iter(recs.values()))["layers"]) + 1
+    out = {"step": J["step"], "batches": J["batches"], "draws": J["draws"], "recipes": {}}
+    for label, s in recs.items():
+        L = s["layers"]
+        allb = per_batch(L)
+        blocks = [per_batch(L, {b}) for b in range(nblk)]
+        B = np.array(blocks)  # [block, batch]
+        x = np.arange(nblk) - (nblk - 1) / 2
+        slope = (x[:, None] * (B - B.mean(0))).sum(0) / (x ** 2).sum()  # per batch, ratio per block index
+        cos_m = float(np.mean([l["cos"]["mean"] for l in L]))
+        cos_h = float(np.mean([l["cos"]["half"] for l in L]))
+        cos_blk = [float(np.mean([l["cos"]["mean"] for l in L if l["block"] == b])) for b in range(nblk)]
+        out["recipes"][label] = {
+            "ratio": mean_ci(allb.tolist()), "cos": {"mean": cos_m, "half_upper": cos_h},
+            "ratio_per_block": [mean_ci(b.tolist()) for b in blocks], "cos_per_block": cos_blk,
+            "slope_per_block": mean_ci(slope.tolist()),
+            "block0_minus_last": mean_ci((B[0] - B[-1]).tolist()),
+            "forward_gain_block_output": [f["gain"] for f in s["forward"] if f["output"] == "block"],
+            "_allb": allb}
+    pairs = [("e2m1", "ufp4"), ("e2m1 rht=none", "ufp4 rht=none"), ("ufp4 rht=none", "ufp4"),
+             ("e2m1 rht=none", "e2m1"), ("nvfp4", "ufp4-nv"), ("mxfp4", "ufp4")]
+    out["paired_ratio_diff"] = {f"{a} - {b}": mean_ci((out["recipes"][a]["_allb"] - out["recipes"][b]["_allb"]).tolist())
+                                for a, b in pairs if a in recs and b in recs}
+    for r in out["recipes"].values():
+        del r["_allb"]
+    return out
+
+
+if __name__ == "__main__":
+    steps = [int(a) for a in sys.argv[1:]] or [50, 500]
+    res = {s: summary(s) for s in steps}
+    (HERE / "summary.json").write_text(json.dumps(res, indent=1) + "\n")
+    for s, o in res.items():
+        print(f"\n### step {o['step']} ({o['batches']} batches x {o['draws']} draws)")
+        print("| recipe | ratio (all blocks) | cosine (all blocks; ± upper bound) | slope of ratio per block | "
+              "block0 - block7 ratio | ratio per block 0..7 |")
+        print("|---|---|---|---|---|---|")
+        for label, r in o["recipes"].items():
+            pb = " ".join(f"{c['mean']:.3f}" for c in r["ratio_per_block"])
+            print(f"| {label} | {fmt(r['ratio'])} | {r['cos']['mean']:.4f} ± {r['cos']['half_upper']:.4f} | "
+                  f"{fmt(r['slope_per_block'], 5)} | {fmt(r['block0_minus_last'])} | {pb} |")
+        print("\nforward gain of the residual output, block 0 .. last:")
+        for label, r in o["recipes"].items():
+            g = r["forward_gain_block_output"]
+            print(f"  {label}: {fmt(g[0])} .. {fmt(g[-1])}")
+        print("\npaired ratio differences (all blocks):")
+        for k, c in o["paired_ratio_diff"].items():
+            print(f"  {k}: {fmt(c, 5)}")
