@@ -9,11 +9,13 @@
 #   kernels bench/kernels_bench.py --no-sweep of this tree, then of OLD's (--tree), side by side
 #   dense   dense-1.5b, whole model compiled, every recipe (bench/train_bench.py --compile full);
 #           with OLD, OLD's tree right after
+#   profile small (16 x 1024), bf16 and ufp4, whole model compiled with and without CUDA graphs: the
+#           GPU kernels of 3 steps (where FP4's extra GPU time goes) and the host's Python profile
 #   [OLD=../old-checkout] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART...
 #   bench/one_gpu_check.sh data/shakespeare runs/gpu_check bits small
 set -uo pipefail  # a failing part is reported and the others still run
 cd "$(dirname "$0")/.."
-if [ $# -lt 3 ]; then echo "usage: [OLD=DIR] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART... (bits small moe kernels dense)" >&2; exit 2; fi
+if [ $# -lt 3 ]; then echo "usage: [OLD=DIR] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART... (bits small moe kernels dense profile)" >&2; exit 2; fi
 data=$(realpath "$1"); out=$(realpath -m "$2"); shift 2; py=${PYTHON:-python}; old=${OLD:+$(realpath "$OLD")}
 mkdir -p "$out"
 export TORCHINDUCTOR_CACHE_DIR=$out/cache/inductor TRITON_CACHE_DIR=$out/cache/triton
@@ -49,7 +51,10 @@ for part in "$@"; do
     dense) "$py" bench/train_bench.py --compile full --out "$out/dense.json" > "$out/dense.txt" 2>&1; tail -9 "$out/dense.txt"
            [ -n "$old" ] && (cd "$old" && "$py" bench/train_bench.py --compile full --out "$out/dense_old.json") \
                > "$out/dense_old.txt" 2>&1 ;;
-    *) echo "unknown part $part: bits small moe kernels dense" >&2 ;;
+    profile) "$py" bench/train_bench.py --preset small --batch 16 --seq 1024 --compile full --recipes bf16,ufp4 \
+                 --compile-mode default,reduce-overhead --profile 40 --host-profile 40 --out "$out/profile.json" \
+                 > "$out/profile.txt" 2>&1; grep -E "^(bf16|ufp4) |GPU busy" "$out/profile.txt" ;;
+    *) echo "unknown part $part: bits small moe kernels dense profile" >&2 ;;
     esac
 done
 echo "=== done ($(date -u +%H:%M:%S)): $out"
