@@ -270,6 +270,24 @@ def test_quantized_grouped_gemms_equal_per_expert_fake_quantize(monkeypatch, nam
     assert (y_M.detach()[rows] - exact).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize('name', ['bf16', 'ufp4', 'nvfp4'])
+def test_grouped_forward_without_grad_equals_the_autograd_path(name):
+    """Evaluation (no grad) runs the grouped forward without the autograd Function (torch 2.11's
+    compile passed the Function its arguments shifted there): the same bits as with grad, eager and
+    compiled, and it records no graph."""
+    r = quant.RECIPES[name] if name == 'bf16' else quant.recipe_from_overrides(name, sr='none')
+    g = torch.Generator().manual_seed(3)
+    offs = torch.tensor([16, 16, 48, 64], dtype=torch.int32)  # one expert with no rows
+    x, w = torch.randn(64, 32, generator=g), torch.randn(4, 48, 32, generator=g).requires_grad_()
+    want = moe.grouped_linear(x, w, offs, r)
+    assert want.requires_grad
+    with torch.no_grad():
+        got = moe.grouped_linear(x, w, offs, r)
+        compiled = torch.compile(lambda a, b: moe.grouped_linear(a, b, offs, r), backend='aot_eager')(x, w)
+    assert not got.requires_grad and got.grad_fn is None
+    assert torch.equal(got, want.detach()) and torch.equal(compiled, want.detach())
+
+
 @pytest.mark.parametrize('name', ['ufp4', 'mxfp4'])
 def test_pack_saved_experts_keep_fewer_bytes_and_the_same_gradients(name):
     """recipe.pack_saved in the grouped GEMM, stochastic rounding of dY on: the same bits as keeping
