@@ -15,14 +15,13 @@ $TRAIN --train.stop_after=50;  cp $RUN/ckpt.pt $RUN/snap/step50.pt
 $TRAIN --train.stop_after=100; cp $RUN/ckpt.pt $RUN/snap/step150.pt
 $TRAIN;                        cp $RUN/ckpt.pt $RUN/snap/step500.pt
 # gradients against bf16 on each snapshot, torch reference backend on the CPU (autocast off: fp32).
-# The last snapshot gets 32 batches, the first 16. The step-150 snapshot was trained and kept but not analyzed:
-# at ~3 s per forward+backward on 2 cores, the step-500 analysis took ~25 min and the time ran out.
-# (These ran as a second script after the training: the first version of this file looped 16 batches over all
-# three snapshots; it was stopped before any analysis ran and restarted with this order.)
+# Steps 500 and 150 get 32 batches, step 50 16 (~3 s per forward+backward on 2 cores: ~25 min a snapshot).
 G="--recipe ufp4 --recipe e2m1 --recipe nvfp4 --recipe mxfp4 --recipe ufp4-nv"
 $PY -m analysis.gradients --ckpt $RUN/snap/step500.pt $G --recipe "ufp4 rht=none" --recipe "e2m1 rht=none" \
   --batches 32 --draws 2 --device cpu --out $RUN/grad_step500
 $PY -m analysis.gradients --ckpt $RUN/snap/step50.pt $G --recipe "ufp4 rht=none" --recipe "e2m1 rht=none" \
   --batches 16 --draws 2 --device cpu --out $RUN/grad_step50 --no-plots
-# summaries (README numbers): results copied to $OUT/step{50,500}/, then
-# $PY $OUT/summarize.py 50 500
+$PY -m analysis.gradients --ckpt $RUN/snap/step150.pt $G --recipe "ufp4 rht=none" --recipe "e2m1 rht=none" \
+  --batches 32 --draws 2 --device cpu --out $RUN/grad_step150 --no-plots
+# the JSONs gzipped to $OUT/step{50,150,500}/gradients.json.gz, then (the README's numbers):
+# $PY $OUT/summarize.py > $OUT/summary.md

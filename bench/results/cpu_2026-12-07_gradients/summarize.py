@@ -65,7 +65,7 @@ def summary(step):
 
 
 if __name__ == "__main__":
-    steps = [int(a) for a in sys.argv[1:]] or [50, 500]
+    steps = [int(a) for a in sys.argv[1:]] or [50, 150, 500]
     res = {s: summary(s) for s in steps}
     (HERE / "summary.json").write_text(json.dumps(res, indent=1) + "\n")
     for s, o in res.items():
