@@ -1,4 +1,5 @@
-"""Summaries of the gradients.json files in this directory (python bench/results/cpu_2026-12-07_gradients/summarize.py).
+"""Summaries of the gradients.json files in this directory (python bench/results/cpu_2026-12-07_gradients/summarize.py
+> bench/results/cpu_2026-12-07_gradients/summary.md; arguments: the run folders, default all).
 
 ratio: per batch, the mean over all block matrices (or one block's matrices) of the projection ratio, then the
 mean over batches with its 95 % t interval (analysis.stats.mean_ci). Differences between recipes and the slope
@@ -19,8 +20,8 @@ from analysis.stats import mean_ci  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def load(step):
-    p = HERE / f"step{step}" / "gradients.json"
+def load(name):
+    p = HERE / name / "gradients.json"
     return json.loads(p.read_text() if p.exists() else gzip.decompress(p.with_suffix(".json.gz").read_bytes()))
 
 
@@ -33,11 +34,11 @@ def fmt(c, d=4):
     return f"{c['mean']:.{d}f} ± {c['half']:.{d}f}"
 
 
-def summary(step):
-    J = load(step)
+def summary(name):
+    J = load(name)
     recs = J["recipes"]
     nblk = max(L["block"] for L in next(iter(recs.values()))["layers"]) + 1
-    out = {"step": J["step"], "batches": J["batches"], "draws": J["draws"], "recipes": {}}
+    out = {"run": name, "step": J["step"], "batches": J["batches"], "draws": J["draws"], "recipes": {}}
     for label, s in recs.items():
         L = s["layers"]
         allb = per_batch(L)
@@ -65,11 +66,11 @@ def summary(step):
 
 
 if __name__ == "__main__":
-    steps = [int(a) for a in sys.argv[1:]] or [50, 150, 500]
-    res = {s: summary(s) for s in steps}
+    names = sys.argv[1:] or ["step50", "step150", "step500", "seed1338/step150"]
+    res = {n: summary(n) for n in names}
     (HERE / "summary.json").write_text(json.dumps(res, indent=1) + "\n")
     for s, o in res.items():
-        print(f"\n### step {o['step']} ({o['batches']} batches x {o['draws']} draws)")
+        print(f"\n### {o['run']}: step {o['step']} ({o['batches']} batches x {o['draws']} draws)")
         print("| recipe | ratio (all blocks) | cosine (all blocks; ± upper bound) | slope of ratio per block | "
               "block0 - block7 ratio | ratio per block 0..7 |")
         print("|---|---|---|---|---|---|")
