@@ -65,11 +65,37 @@ def summary(name):
     return out
 
 
+def across_seeds(names):
+    """E2M1 against UFP4 at one training point over seeds: each seed's mean over batches, then the mean
+    over seeds with its 95 % t interval (the seeds are the units; batches only average within one)."""
+    rows = {"e2m1 block 0 ratio - 1": [], "e2m1 block 0 - block 7": [], "ufp4 - e2m1, block 0 (paired)": [],
+            "ufp4 - e2m1, all matrices (paired)": [], "e2m1 last block's output gain - 1": []}
+    for name in names:
+        recs = load(name)["recipes"]
+        u, e = recs["ufp4"]["layers"], recs["e2m1"]["layers"]
+        last = max(L["block"] for L in e)
+        rows["e2m1 block 0 ratio - 1"].append(float(np.mean(per_batch(e, {0}))) - 1)
+        rows["e2m1 last block's output gain - 1"].append(
+            [f["gain"] for f in recs["e2m1"]["forward"] if f["output"] == "block"][-1]["mean"] - 1)
+        rows["e2m1 block 0 - block 7"].append(float(np.mean(per_batch(e, {0}) - per_batch(e, {last}))))
+        rows["ufp4 - e2m1, block 0 (paired)"].append(float(np.mean(per_batch(u, {0}) - per_batch(e, {0}))))
+        rows["ufp4 - e2m1, all matrices (paired)"].append(float(np.mean(per_batch(u) - per_batch(e))))
+    return {k: dict(per_seed=v, **mean_ci(v)) for k, v in rows.items()}
+
+
+SEEDS_AT_150 = ["step150", "seed1338/step150", "seed1339/step150"]  # seeds 1337, 1338, 1339
+
+
 if __name__ == "__main__":
-    names = sys.argv[1:] or ["step50", "step150", "step500", "seed1338/step150"]
+    names = sys.argv[1:] or ["step50", "step150", "step500", "seed1338/step150", "seed1339/step150"]
     res = {n: summary(n) for n in names}
+    seeds = [n for n in SEEDS_AT_150 if (HERE / n).exists()] if not sys.argv[1:] else []
+    if len(seeds) > 1:
+        res["across_seeds_step150"] = across_seeds(seeds)
     (HERE / "summary.json").write_text(json.dumps(res, indent=1) + "\n")
     for s, o in res.items():
+        if s == "across_seeds_step150":
+            continue
         print(f"\n### {o['run']}: step {o['step']} ({o['batches']} batches x {o['draws']} draws)")
         print("| recipe | ratio (all blocks) | cosine (all blocks; ± upper bound) | slope of ratio per block | "
               "block0 - block7 ratio | ratio per block 0..7 |")
@@ -85,3 +111,7 @@ if __name__ == "__main__":
         print("\npaired ratio differences (all blocks):")
         for k, c in o["paired_ratio_diff"].items():
             print(f"  {k}: {fmt(c, 5)}")
+    if "across_seeds_step150" in res:
+        print(f"\n### step 150 over seeds ({', '.join(seeds)}): per seed, then mean ± 95 % t interval over seeds")
+        for k, c in res["across_seeds_step150"].items():
+            print(f"  {k}: {' '.join(f'{v:+.4f}' for v in c['per_seed'])} -> {c['mean']:+.4f} ± {c['half']:.4f}")
