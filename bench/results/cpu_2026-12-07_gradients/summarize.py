@@ -92,7 +92,6 @@ if __name__ == "__main__":
     seeds = [n for n in SEEDS_AT_150 if (HERE / n).exists()] if not sys.argv[1:] else []
     if len(seeds) > 1:
         res["across_seeds_step150"] = across_seeds(seeds)
-    (HERE / "summary.json").write_text(json.dumps(res, indent=1) + "\n")
     for s, o in res.items():
         if s == "across_seeds_step150":
             continue
