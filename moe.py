@@ -94,7 +94,7 @@ def _grouped(a) -> bool:
     if use and not hasattr(torch, "_grouped_mm"):
         raise RuntimeError("torch._grouped_mm is missing in this PyTorch; use set_gemm('loop') or torch >= 2.8")
     path = "torch._grouped_mm" if use else "a loop over experts"
-    if path not in GEMM["logged"] and not torch.compiler.is_compiling():  # a log call breaks the graph
+    if not torch.compiler.is_compiling() and path not in GEMM["logged"]:  # a log call breaks the graph
         log.info(f"expert GEMMs: {path}")
         GEMM["logged"].add(path)
     return use

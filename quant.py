@@ -386,6 +386,16 @@ def gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, roles=None, layer="
     return qa, qb
 
 
+def qlinear_fprop(x, w_NK, bias, recipe, signs, layer=""):
+    """fprop  Y = X·Wᵀ + b, reducing over K: X along rows, W along rows (QLinearFn's forward, and
+    the whole layer where no gradient is taken)."""
+    r, x_MK = recipe, x.reshape(-1, x.shape[-1])
+    qx, qw = gemm_operands(x_MK, r.fprop_x, -1, w_NK, r.fprop_w, -1, signs, GEMMS["fprop"], layer)
+    y_MN = qx @ qw.t()
+    y_MN = y_MN if bias is None else y_MN + bias
+    return y_MN.reshape(*x.shape[:-1], y_MN.shape[-1])
+
+
 class QLinearFn(torch.autograd.Function):
     """Y = X·Wᵀ + b, its three GEMMs each on two operands quantized by the recipe (docs/NUMERICS.md
     §6). x [..., K], w [N, K], bias [N] or None; signs: the RHT signs; layer: the monitor's name.
@@ -393,15 +403,9 @@ class QLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_NK, bias, recipe, signs, layer):
-        r = recipe
-        x_MK = x.reshape(-1, x.shape[-1])
-        # fprop  Y = X·Wᵀ   reduces over K: X along rows, W along rows
-        qx, qw = gemm_operands(x_MK, r.fprop_x, -1, w_NK, r.fprop_w, -1, signs, GEMMS["fprop"], layer)
-        y_MN = qx @ qw.t()
-        y_MN = y_MN if bias is None else y_MN + bias
-        ctx.save_for_backward(x_MK, w_NK)
+        ctx.save_for_backward(x.reshape(-1, x.shape[-1]), w_NK)
         ctx.recipe, ctx.signs, ctx.layer, ctx.has_bias = recipe, signs, layer, bias is not None
-        return y_MN.reshape(*x.shape[:-1], y_MN.shape[-1])
+        return qlinear_fprop(x, w_NK, bias, recipe, signs, layer)
 
     @staticmethod
     def backward(ctx, dy):
@@ -459,7 +463,11 @@ class QLinear(nn.Linear):
         layer, dtype = self.layer if MONITOR is not None else "", compute_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             bias = None if self.bias is None else self.bias.to(dtype)
-            return QLinearFn.apply(x.to(dtype), self.weight.to(dtype), bias, self.recipe, self.rht_signs, layer)
+            args = (x.to(dtype), self.weight.to(dtype), bias, self.recipe, self.rht_signs, layer)
+            # without gradients (evaluation) the forward alone: torch.compile of torch 2.11 mis-traces
+            # an autograd Function under no_grad, and the graph break it raises can cost the whole-model
+            # graph of the training steps that follow
+            return QLinearFn.apply(*args) if torch.is_grad_enabled() else qlinear_fprop(*args)
 
     def extra_repr(self):
         return super().extra_repr() + f", recipe=[{self.recipe.describe()}]"
@@ -584,6 +592,20 @@ def fused_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, amax=(None, None))
     return _operand(a, spec_a, dim_a, signs, both, amax[0]), _operand(b, spec_b, dim_b, signs, both, amax[1])
 
 
+def _fused_fprop(x, bias, r, signs, w_parts):
+    """FusedLinearFn's fprop  Y = X·Wᵀ: (the outputs, one a part; X as [M, K]; X's and the weights'
+    e4m3 tensor amaxes, rows and columns, from one read each where they are used)."""
+    x_MK = x.reshape(-1, x.shape[-1])
+    amax = _amax_both(x_MK, r.fprop_x, r.wgrad_x, signs) if packs_saved(r) else (None, None)
+    amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
+    qx, qw = fused_operands(x_MK, r.fprop_x, -1, _Parts(w_parts, 0), r.fprop_w, -1, signs,
+                            amax=(amax[0], [a[0] for a in amax_w]))   # qw: [N, K] joined
+    y_MN = qx @ qw.t()
+    y_MN = y_MN if bias is None else y_MN + bias
+    y = y_MN.reshape(*x.shape[:-1], y_MN.shape[-1])
+    return (y.split([p.shape[0] for p in w_parts], -1) if len(w_parts) > 1 else y), x_MK, amax, amax_w
+
+
 class FusedLinearFn(torch.autograd.Function):
     """QLinearFn for the weights of linears that read one input, as parts [N_i, K] joined along N into
     one GEMM of each kind; one output per part (one part: a linear alone). Each part, and its output's
@@ -594,22 +616,13 @@ class FusedLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, bias, recipe, signs, *w_parts):
-        r = recipe
-        x_MK = x.reshape(-1, x.shape[-1])
-        packs = packs_saved(r)
-        amax = _amax_both(x_MK, r.fprop_x, r.wgrad_x, signs) if packs else (None, None)
-        amax_w = [_amax_both(w, r.fprop_w, r.dgrad_w, signs) for w in w_parts]
-        # fprop  Y = X·Wᵀ
-        qx, qw = fused_operands(x_MK, r.fprop_x, -1, _Parts(w_parts, 0), r.fprop_w, -1, signs,
-                                amax=(amax[0], [a[0] for a in amax_w]))   # qw: [N, K] joined
-        y_MN = qx @ qw.t()
-        y_MN = y_MN if bias is None else y_MN + bias
-        y = y_MN.reshape(*x.shape[:-1], y_MN.shape[-1])
+        y, x_MK, amax, amax_w = _fused_fprop(x, bias, recipe, signs, w_parts)
         cols = [a[1] for a in amax_w]
         ctx.amax_w = all(a is not None for a in cols)
-        keep_for_backward(ctx, x_MK, r, signs, packs, *w_parts, *(cols if ctx.amax_w else ()), amax=amax[1])
+        keep_for_backward(ctx, x_MK, recipe, signs, packs_saved(recipe), *w_parts, *(cols if ctx.amax_w else ()),
+                          amax=amax[1])
         ctx.recipe, ctx.signs, ctx.has_bias, ctx.n = recipe, signs, bias is not None, len(w_parts)
-        return y.split([p.shape[0] for p in w_parts], -1) if len(w_parts) > 1 else y
+        return y
 
     @staticmethod
     def backward(ctx, *dys):
@@ -638,8 +651,10 @@ def _fused_apply(x, layers):
         [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers])
     with torch.autocast(x.device.type, enabled=False):
         bias = None if bias is None else bias.to(dtype)
-        return FusedLinearFn.apply(x.to(dtype), bias, first.recipe, first.rht_signs,
-                                   *(m.weight.to(dtype) for m in layers))
+        weights = tuple(m.weight.to(dtype) for m in layers)
+        if not torch.is_grad_enabled():  # evaluation: the forward alone, as QLinear.forward
+            return _fused_fprop(x.to(dtype), bias, first.recipe, first.rht_signs, weights)[0]
+        return FusedLinearFn.apply(x.to(dtype), bias, first.recipe, first.rht_signs, *weights)
 
 
 def fused_linear(layer, x):
@@ -717,7 +732,8 @@ def _use_kernels(x) -> bool:
         raise RuntimeError("quant backend 'triton' needs a CUDA tensor (or TRITON_INTERPRET=1 on CPU); "
                            "use set_backend('torch') or 'auto' on this machine")
     use = BACKEND["name"] == "triton" or (BACKEND["name"] == "auto" and x.is_cuda)
-    if not use and "torch" not in BACKEND["logged"] and not torch.compiler.is_compiling():
+    # (is_compiling first: a compiled graph that read the set would guard on it, and recompile once it changed)
+    if not use and not torch.compiler.is_compiling() and "torch" not in BACKEND["logged"]:
         log.info("quantizing with the PyTorch reference (quant.py)")
         BACKEND["logged"].add("torch")
     return use
@@ -731,7 +747,7 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
     inside the graph (a tensor the kernel reads), so a replayed graph, a CUDA graph too, draws anew."""
     import kernels  # imports Triton; only needed when the kernels run
     compiling = torch.compiler.is_compiling()
-    if "triton" not in BACKEND["logged"] and not compiling:
+    if not compiling and "triton" not in BACKEND["logged"]:  # (the set unread when traced: no guard on it)
         log.info("quantizing with the Triton kernels (kernels.py)")
         BACKEND["logged"].add("triton")
     _check_shape(x, spec, dim)

@@ -408,8 +408,29 @@ def report_identity(res):
         print("  reference GPU vs CPU:", r)
 
 
+def compare(old_path: str, new_path: str):
+    """Print each timed kernel of two --out files (two trees, one GPU, one after the other): ms and
+    the ratio new / old, slowest first."""
+    def rows(path):
+        d = json.load(open(path))
+        out = {("amax", r["kind"]): r["ms"] for r in d["amax_table"] if "ms" in r}
+        out.update({("quantize", r["spec"], f"dim {r['dim']}", r["output"], r["variant"]): r["ms"] for r in d["table"]})
+        out.update({("dequantize", r["spec"]): r["ms"] for r in d["dequantize"]})
+        return d, out
+    (d_old, old), (d_new, new) = rows(old_path), rows(new_path)
+    print(f"old: {d_old['tree']} ({d_old['device']})\nnew: {d_new['tree']} ({d_new['device']})\n"
+          f"{'old ms':>8} {'new ms':>8} {'new/old':>8}  kernel")
+    common = sorted(set(old) & set(new), key=lambda k: old[k] / new[k])
+    for k in common:
+        print(f"{old[k]:8.4f} {new[k]:8.4f} {new[k] / old[k]:8.3f}  {' | '.join(k)}")
+    print(f"{len(common)} kernels; over 1.015x: {sum(new[k] > 1.015 * old[k] for k in common)}")
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    if len(sys.argv) == 4 and sys.argv[1] == "--compare":  # before any GPU work
+        return compare(sys.argv[2], sys.argv[3])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                epilog="python bench/kernels_bench.py --compare OLD.json NEW.json: the two tables side by side")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.add_argument("--size", type=int, default=8192, help="the big square bf16 tensor's side")
     p.add_argument("--small", type=int, default=1024, help="rows of the tensor checked on the CPU")

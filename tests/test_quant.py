@@ -1286,3 +1286,39 @@ def test_whole_model_compiles_to_one_graph(name="ufp4"):
         assert dict(counters["graph_break"]) == {} and counters["stats"]["unique_graphs"] == 1
     finally:
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name, fused, backend", [
+    ("ufp4", True, "torch"), pytest.param("nvfp4", True, "torch", marks=pytest.mark.full),
+    pytest.param("ufp4", False, "torch", marks=pytest.mark.full),
+    pytest.param("nvfp4", True, "triton", marks=pytest.mark.full)])
+def test_evaluation_leaves_the_training_graph_alone(monkeypatch, name, fused, backend):
+    """A compiled quantized model trains, evaluates (eval mode, no grad), an eager call logs which
+    quantizer ran, and it trains again: the evaluation is one graph without a break, giving eager's
+    bits, and the training graph serves again without a recompile. (torch 2.11's Dynamo mis-traced the
+    autograd Functions under no_grad: it gave up on the whole forward, and a guard on the logged set
+    then failed the training graph too, so every step after the first evaluation ran in pieces.)"""
+    import model as model_lib
+    from torch._dynamo.utils import counters
+    monkeypatch.setitem(quant.BACKEND, "logged", set())
+    monkeypatch.setitem(quant.BACKEND, "name", backend)  # triton: the kernels' operators (interpreter)
+    cfg = model_lib.get_config("tiny", n_layer=1, vocab_size=64, seq_len=16)
+    torch.manual_seed(0)
+    m = quant.convert(model_lib.Transformer(cfg), quant.recipe_from_overrides(name, fused=str(fused).lower()))
+    x = torch.randint(0, 64, (2, 16))
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        f = torch.compile(m, backend="aot_eager")
+        f(x, x)[1].backward()
+        m.eval()
+        with torch.no_grad():
+            loss_eval = f(x, x)[1]
+            loss_eager = m(x, x)[1]  # eager: logs the quantizer (quant.BACKEND["logged"] changes)
+        m.train()
+        assert quant.BACKEND["logged"]
+        f(x, x)[1].backward()
+        assert dict(counters["graph_break"]) == {} and counters["stats"]["unique_graphs"] == 2
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(loss_eval, loss_eager) and torch.equal(loss_eager, m(x, x)[1].detach())

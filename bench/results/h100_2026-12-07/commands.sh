@@ -17,3 +17,23 @@ python bench/trainer_bench.py configs/small.toml --recipes bf16,ufp4 --warm 2 --
 # moe-small's evaluation crash (moedbg.txt, trimmed to the run header and the error; fixed in 6a72c1b)
 python train.py configs/moe-small.toml --train.max_steps=4 --train.eval_interval=2 --train.ckpt_interval=-1 \
     --train.resume=false --log.out_dir=$R/moedbg --data.dir=$D > $R/moedbg.txt 2>&1
+
+# --- later the same day (15:29-15:52 UTC), commit 862d723, same kind of card (H100 80GB HBM3)
+# moe_ep1.txt: moe-small at ep=1 against the tree before expert parallelism (OLD=05a789d with 6a72c1b's moe.py),
+# one run each, evaluation only after the last step; its table made from the four --json files
+for r in ufp4 bf16; do
+  python bench/trainer_bench.py configs/moe-small.toml --recipes $r --steps 60 --skip 20 --eval-interval 1000 \
+      --label new --out-dir $R/moe --json $R/moe_new_$r.json -- --data.dir=$D
+  (cd $OLD && python bench/trainer_bench.py configs/moe-small.toml --recipes $r --steps 60 --skip 20 \
+      --eval-interval 1000 --label old --out-dir $R/moe --json $R/moe_old_$r.json -- --data.dir=$D)
+done
+# kernels.json, kernels_old.json, kernels_old_new.txt: the kernels of this tree and of the pre-reshape tree (OLD2=47951a6)
+python bench/kernels_bench.py --no-sweep --skip-check --out $R/kernels.json
+python bench/kernels_bench.py --no-sweep --skip-check --tree $OLD2 --out $R/kernels_old.json
+python bench/kernels_bench.py --compare $R/kernels_old.json $R/kernels.json > $R/kernels_old_new.txt
+# small_bench_old_new.txt: the step on random tokens, with and without CUDA graphs, this tree then OLD2's
+SB="--preset small --batch 16 --seq 1024 --compile full --recipes bf16,ufp4 --compile-mode reduce-overhead,default --steps 20"
+python bench/train_bench.py $SB --out $R/small_bench.json; (cd $OLD2 && python bench/train_bench.py $SB --out $R/small_bench_old.json)
+# small_shipped_noeval.txt: small as shipped, evaluation only after the last step (compare small.txt: one at step 50)
+python bench/trainer_bench.py configs/small.toml --recipes bf16,ufp4,nvfp4 --steps 80 --skip 30 --eval-interval 1000 \
+    --out-dir $R/small3 --json $R/small_shipped.json -- --data.dir=$D
