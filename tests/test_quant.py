@@ -1288,37 +1288,49 @@ def test_whole_model_compiles_to_one_graph(name="ufp4"):
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name, fused, backend", [
-    ("ufp4", True, "torch"), pytest.param("nvfp4", True, "torch", marks=pytest.mark.full),
-    pytest.param("ufp4", False, "torch", marks=pytest.mark.full),
-    pytest.param("nvfp4", True, "triton", marks=pytest.mark.full)])
-def test_evaluation_leaves_the_training_graph_alone(monkeypatch, name, fused, backend):
+@pytest.mark.parametrize("name, fused, backend, preset", [
+    ("ufp4", True, "torch", "tiny"), pytest.param("nvfp4", True, "torch", "tiny", marks=pytest.mark.full),
+    pytest.param("ufp4", False, "torch", "tiny", marks=pytest.mark.full),
+    pytest.param("nvfp4", True, "triton", "tiny", marks=pytest.mark.full),
+    pytest.param("ufp4", True, "torch", "moe-tiny", marks=pytest.mark.full)])
+def test_evaluation_leaves_the_training_graph_alone(monkeypatch, name, fused, backend, preset):
     """A compiled quantized model trains, evaluates (eval mode, no grad), an eager call logs which
     quantizer ran, and it trains again: the evaluation is one graph without a break, giving eager's
     bits, and the training graph serves again without a recompile. (torch 2.11's Dynamo mis-traced the
     autograd Functions under no_grad: it gave up on the whole forward, and a guard on the logged set
-    then failed the training graph too, so every step after the first evaluation ran in pieces.)"""
+    then failed the training graph too, so every step after the first evaluation ran in pieces.)
+    moe-tiny: the CUDA path's grouped GEMM under bf16 autocast, as on a GPU."""
+    import contextlib
     import model as model_lib
+    import moe
     from torch._dynamo.utils import counters
     monkeypatch.setitem(quant.BACKEND, "logged", set())
     monkeypatch.setitem(quant.BACKEND, "name", backend)  # triton: the kernels' operators (interpreter)
-    cfg = model_lib.get_config("tiny", n_layer=1, vocab_size=64, seq_len=16)
+    monkeypatch.setitem(moe.GEMM, "name", "grouped")
+    cfg = model_lib.get_config(preset, n_layer=2 if preset == "moe-tiny" else 1, vocab_size=64, seq_len=16)
     torch.manual_seed(0)
-    m = quant.convert(model_lib.Transformer(cfg), quant.recipe_from_overrides(name, fused=str(fused).lower()))
+    r = quant.recipe_from_overrides(name, fused=str(fused).lower())
+    m = moe.convert_experts(quant.convert(model_lib.Transformer(cfg), r), r)
     x = torch.randint(0, 64, (2, 16))
+    auto = (lambda: torch.autocast("cpu", torch.bfloat16)) if preset == "moe-tiny" else contextlib.nullcontext
     torch._dynamo.reset()
     counters.clear()
     try:
         f = torch.compile(m, backend="aot_eager")
-        f(x, x)[1].backward()
+        with auto():
+            loss = f(x, x)[1]
+        loss.backward()
         m.eval()
-        with torch.no_grad():
+        with torch.no_grad(), auto():
             loss_eval = f(x, x)[1]
             loss_eager = m(x, x)[1]  # eager: logs the quantizer (quant.BACKEND["logged"] changes)
         m.train()
         assert quant.BACKEND["logged"]
-        f(x, x)[1].backward()
+        with auto():
+            loss = f(x, x)[1]
+        loss.backward()
         assert dict(counters["graph_break"]) == {} and counters["stats"]["unique_graphs"] == 2
     finally:
         torch._dynamo.reset()
-    assert torch.equal(loss_eval, loss_eager) and torch.equal(loss_eager, m(x, x)[1].detach())
+    with auto():
+        assert torch.equal(loss_eval, loss_eager) and torch.equal(loss_eager, m(x, x)[1].detach())
