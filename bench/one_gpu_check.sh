@@ -11,7 +11,7 @@
 #           with OLD, OLD's tree right after
 #   profile small (16 x 1024), bf16 and ufp4, whole model compiled with and without CUDA graphs: the
 #           GPU kernels of 3 steps (where FP4's extra GPU time goes) and the host's Python profile
-#   [OLD=../old-checkout] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART...
+#   [OLD=../old-checkout] [TAR=out.tgz] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART...   (TAR: all in one file)
 #   bench/one_gpu_check.sh data/shakespeare runs/gpu_check bits small
 set -uo pipefail  # a failing part is reported and the others still run
 cd "$(dirname "$0")/.."
@@ -58,3 +58,6 @@ for part in "$@"; do
     esac
 done
 echo "=== done ($(date -u +%H:%M:%S)): $out"
+if [ -n "${TAR:-}" ]; then  # one file to carry back: the summaries and logs, not the compile caches or checkpoints
+    tar czf "$TAR" -C "$out" --exclude=cache --exclude='*.pt' --exclude='ckpt*' . && echo "packed: $TAR"
+fi
