@@ -120,7 +120,7 @@ def shard_experts(model, ep: int, device_type: str, mp_policy):
     world = dist.get_world_size()
     mesh = init_device_mesh(device_type, (world // ep, ep), mesh_dim_names=('dp', 'ep'))
     ep_mesh, e = mesh['ep'], mesh['ep'].get_local_rank()
-    for _, layer in moe._moe_layers(model):
+    for _, layer in moe.moe_layers(model):
         experts, El = layer.experts, layer.cfg.n_routed_experts // ep
         for name, p in list(experts.named_parameters(recurse=False)):
             local = p.detach()[e * El:(e + 1) * El]  # meta or initialized: this rank's experts

@@ -155,7 +155,7 @@ def _gemm_operands(a, spec_a, dim_a, b, spec_b, dim_b, signs, offs_E):
             else _fake_quantize(t, s, d, signs, both, offs_E) for t, s, d in ((a, spec_a, dim_a), (b, spec_b, dim_b))]
 
 
-def _packs(recipe) -> bool:
+def experts_pack_saved(recipe) -> bool:
     """recipe.pack_saved for the experts: quant.packs_saved, and no e4m3 scale (its tensor scale is per expert)."""
     return quant.packs_saved(recipe) and recipe.wgrad_x.scale != "e4m3"
 
@@ -174,7 +174,7 @@ class _GroupedLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_MK, offs_E, recipe, signs, *w_parts):
         # groups are aligned to the block: one quantization of the whole buffer when packed
-        quant.keep_for_backward(ctx, x_MK, recipe, signs, _packs(recipe), offs_E, *w_parts)
+        quant.keep_for_backward(ctx, x_MK, recipe, signs, experts_pack_saved(recipe), offs_E, *w_parts)
         ctx.recipe, ctx.signs = recipe, signs
         return _grouped_fprop(x_MK, offs_E, recipe, signs, w_parts)
 
@@ -352,7 +352,7 @@ class MoE(nn.Module):
 
 
 # ----------------------------------------------------------------------------- model-level helpers
-def _moe_layers(model):
+def moe_layers(model):
     return [(i, b.ffn) for i, b in enumerate(model.layers) if isinstance(b.ffn, MoE)]
 
 
@@ -361,7 +361,7 @@ def convert_experts(model, recipe):
     recipe = quant.RECIPES[recipe] if isinstance(recipe, str) else recipe
     n = len(model.layers)
     first, last = quant.n_blocks(recipe.bf16_first, n), quant.n_blocks(recipe.bf16_last, n)
-    for i, ffn in _moe_layers(model):
+    for i, ffn in moe_layers(model):
         if first <= i < n - last:
             ffn.experts.recipe = recipe
             quant.set_rht(ffn.experts, recipe.rht_seed)
@@ -370,7 +370,7 @@ def convert_experts(model, recipe):
 
 def resample_rht(model, step: int):
     """A fresh RHT sign vector for the routed experts this step (recipe.rht_resample)."""
-    for _, ffn in _moe_layers(model):
+    for _, ffn in moe_layers(model):
         quant.set_rht(ffn.experts, ffn.experts.recipe.rht_seed + step)
 
 
@@ -386,7 +386,7 @@ def _stats(layers, load_LE) -> dict:
 def load_stats(model) -> dict:
     """max/mean tokens per expert (1.0 = balanced) of every MoE layer, moe_load_<layer>, and the
     worst, moe_load_max, from this rank's training forwards since the last update_bias."""
-    layers = _moe_layers(model)
+    layers = moe_layers(model)
     return _stats(layers, _load_LE(layers)) if layers else {}
 
 
@@ -394,7 +394,7 @@ def load_stats(model) -> dict:
 def update_bias(model) -> dict:
     """Once per optimizer step, on every rank: bias += rate · sign(mean load − load) from the tokens
     counted since the last call, summed over ranks; returns their load_stats and resets the counts."""
-    layers = _moe_layers(model)
+    layers = moe_layers(model)
     if not layers:
         return {}
     load_LE = _load_LE(layers)

@@ -125,9 +125,9 @@ def joined(block) -> tuple:
 
 
 def packed_bytes(recipe, experts: bool = False) -> float:
-    """Bytes per element of X kept as codes + scales (recipe.pack_saved: quant.packs_saved, moe._packs for
+    """Bytes per element of X kept as codes + scales (recipe.pack_saved: quant.packs_saved, moe.experts_pack_saved for
     the routed experts' grouped GEMMs), else 0."""
-    if not (moe._packs(recipe) if experts else quant.packs_saved(recipe)):
+    if not (moe.experts_pack_saved(recipe) if experts else quant.packs_saved(recipe)):
         return 0.0
     s = recipe.wgrad_x
     return 0.5 + (4 if s.scale == "fp32" else 1) / s.block

@@ -54,7 +54,7 @@ def run_steps(recipe: str, ep: int, rank: int = 0, world: int = 1, n: int = 1) -
     torch.manual_seed(0)
     model, _ = train.parallelize(train.build_model(mcfg, qrecipe, torch.device('meta')), cfg,
                                  'fsdp' if world > 1 else 'none', torch.device('cpu'), bf16=False)
-    for _, layer in moe._moe_layers(model):
+    for _, layer in moe.moe_layers(model):
         layer.expert_bias[list(IDLE)] = -1e3
     opt = train.make_optimizer(model, train.OptimConfig(lr=1e-2))
     xy = torch.randint(0, VOCAB, (n * B, S + 1), generator=torch.Generator().manual_seed(1))
@@ -75,7 +75,7 @@ def run_steps(recipe: str, ep: int, rank: int = 0, world: int = 1, n: int = 1) -
         opt.step()
         opt.zero_grad()
         moe.update_bias(model)
-    out['bias'] = [layer.expert_bias.clone() for _, layer in moe._moe_layers(model)]
+    out['bias'] = [layer.expert_bias.clone() for _, layer in moe.moe_layers(model)]
     return out
 
 
