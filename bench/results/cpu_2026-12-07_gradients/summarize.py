@@ -83,11 +83,11 @@ def across_seeds(names):
     return {k: dict(per_seed=v, **mean_ci(v)) for k, v in rows.items()}
 
 
-SEEDS_AT_150 = ["step150", "seed1338/step150", "seed1339/step150"]  # seeds 1337, 1338, 1339
+SEEDS_AT_150 = ["step150"] + [f"seed{s}/step150" for s in (1338, 1339, 1340, 1341)]  # seeds 1337-1341
 
 
 if __name__ == "__main__":
-    names = sys.argv[1:] or ["step50", "step150", "step500", "seed1338/step150", "seed1339/step150"]
+    names = sys.argv[1:] or ["step50", "step150", "step500"] + [n for n in SEEDS_AT_150[1:] if (HERE / n).exists()]
     res = {n: summary(n) for n in names}
     seeds = [n for n in SEEDS_AT_150 if (HERE / n).exists()] if not sys.argv[1:] else []
     if len(seeds) > 1:
