@@ -27,7 +27,8 @@ for r in ufp4 bf16; do
   (cd $OLD && python bench/trainer_bench.py configs/moe-small.toml --recipes $r --steps 60 --skip 20 \
       --eval-interval 1000 --label old --out-dir $R/moe --json $R/moe_old_$r.json -- --data.dir=$D)
 done
-# kernels.json, kernels_old.json, kernels_old_new.txt: the kernels of this tree and of the pre-reshape tree (OLD2=47951a6)
+# kernels_old_new.txt: the kernels of this tree and of the pre-reshape tree (OLD2=47951a6); the two JSON files are in
+# git history (commit 6188eea)
 python bench/kernels_bench.py --no-sweep --skip-check --out $R/kernels.json
 python bench/kernels_bench.py --no-sweep --skip-check --tree $OLD2 --out $R/kernels_old.json
 python bench/kernels_bench.py --compare $R/kernels_old.json $R/kernels.json > $R/kernels_old_new.txt
