@@ -83,7 +83,7 @@ def across_seeds(names):
     return {k: dict(per_seed=v, **mean_ci(v)) for k, v in rows.items()}
 
 
-SEEDS_AT_150 = ["step150"] + [f"seed{s}/step150" for s in (1338, 1339, 1340, 1341)]  # seeds 1337-1341
+SEEDS_AT_150 = ["step150"] + [f"seed{s}/step150" for s in (1338, 1339, 1340, 1341, 1342, 1343)]  # seeds 1337-1343
 
 
 if __name__ == "__main__":
