@@ -427,10 +427,9 @@ def compare(old_path: str, new_path: str):
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--compare":  # before any GPU work
-        return compare(sys.argv[2], sys.argv[3])
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                epilog="python bench/kernels_bench.py --compare OLD.json NEW.json: the two tables side by side")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--compare", nargs=2, metavar=("OLD.json", "NEW.json"),
+                   help="print two --out files' tables side by side (no GPU work), then stop")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.add_argument("--size", type=int, default=8192, help="the big square bf16 tensor's side")
     p.add_argument("--small", type=int, default=1024, help="rows of the tensor checked on the CPU")
@@ -447,6 +446,8 @@ def main():
                         "whole sweep takes ~7 minutes on an H200), not the tensor-amax tiles; the others "
                         "keep kernels.py's tiles")
     args = p.parse_args()
+    if args.compare:
+        return compare(*args.compare)
     setup(args.cpu, args.tree)
     dev = "cpu" if args.cpu else "cuda"
     t_start = time.time()
