@@ -18,6 +18,7 @@ user would write by hand, so the speed-up of the kernels is measured, not assume
 
 import argparse
 import cProfile
+import functools
 import gc
 import json
 import os
@@ -28,6 +29,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import kernels  # noqa: E402
 import model as model_lib  # noqa: E402
 import moe  # noqa: E402
 import quant  # noqa: E402
@@ -139,6 +141,8 @@ def main():
                          "time a step (well under the step time: the step waits on the host)")
     ap.add_argument("--host-profile", type=int, default=0, metavar="ROWS",
                     help="also print the ROWS functions with the most host time in 2 cProfiled steps per recipe")
+    ap.add_argument("--ieee-div", action="store_true",
+                    help="the kernels divide y the IEEE way (fast_div=False: the same bits), to time the fast division")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     bad = [kv for kv in args.quant if "=" not in kv]
@@ -154,6 +158,8 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("train_bench.py needs a CUDA GPU")
     torch.backends.cuda.matmul.allow_tf32 = True
+    if args.ieee_div:  # every kernel call goes through kernels.quantize, looked up by name
+        kernels.quantize = functools.partial(kernels.quantize, fast_div=False)
     modes = args.compile_mode.split(",")
     bad = [m for m in modes if m not in ("default", "reduce-overhead", "max-autotune-no-cudagraphs")]
     if bad:
@@ -177,6 +183,7 @@ def main():
     hdr = (f"{'recipe':<10} {'quantizer':<10} {'compiled':<12} {'step ms':>8} {'x bf16':>7} {'host ms':>8} {'tok/s':>9} "
            f"{'MFU':>6} {'peak GiB':>9}")
     print(f"\n{args.preset}, batch {args.batch} x {args.seq}, quant overrides {args.quant or 'none'}, "
+          f"{'IEEE division, ' if args.ieee_div else ''}"
           f"{torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}\n{hdr}")
     for r in results:
@@ -188,7 +195,7 @@ def main():
               f"{r['tok_s']:>9.0f} "
               f"{r['mfu'] * 100:>5.1f}% {r['peak_mem_gib']:>9.1f}")
     if args.out:
-        meta = dict(preset=args.preset, batch=args.batch, seq=args.seq, quant_overrides=args.quant,
+        meta = dict(preset=args.preset, batch=args.batch, seq=args.seq, quant_overrides=args.quant, ieee_div=args.ieee_div,
                     gpu=torch.cuda.get_device_name(),
                     torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
                     mfu_formula="model.flops_per_token(seq) = 6*N + 6*n_layer*d_model*seq (N without input embedding), / 989e12")
