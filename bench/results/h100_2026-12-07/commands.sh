@@ -38,3 +38,18 @@ python bench/train_bench.py $SB --out $R/small_bench.json; (cd $OLD2 && python b
 # small_shipped_noeval.txt: small as shipped, evaluation only after the last step (compare small.txt: one at step 50)
 python bench/trainer_bench.py configs/small.toml --recipes bf16,ufp4,nvfp4 --steps 80 --skip 30 --eval-interval 1000 \
     --out-dir $R/small3 --json $R/small_shipped.json -- --data.dir=$D
+
+# --- evening (18:43-18:55 UTC), tree 4b45702, one H100 80GB HBM3; R=runs/gpuA, OLD = 05a789d with 6a72c1b's moe.py
+# moe_ep1_bf16_repeat.txt: moe-small bf16, this tree and OLD interleaved (new1, old1, new2, old2), tables from the JSON files
+for i in 1 2; do
+  python bench/trainer_bench.py configs/moe-small.toml --recipes bf16 --steps 60 --skip 20 --eval-interval 1000 \
+      --label new$i --out-dir $R/moe --json $R/moe_new$i.json -- --data.dir=$D
+  (cd $OLD && python bench/trainer_bench.py configs/moe-small.toml --recipes bf16 --steps 60 --skip 20 \
+      --eval-interval 1000 --label old$i --out-dir $R/moe --json $R/moe_old$i.json -- --data.dir=$D)
+done
+# small_eval_in_window.txt: small as shipped, evaluation at step 50; the first command ran out of its call's time after
+# its bf16 run, so ufp4 and nvfp4 ran in the next call on the same machine (warm caches); the table from the logs
+timeout 240 python bench/trainer_bench.py configs/small.toml --recipes bf16,ufp4,nvfp4 --warm 3 --steps 100 --skip 30 \
+    --eval-interval 50 --out-dir $R/small --json $R/small.json -- --data.dir=$D
+python bench/trainer_bench.py configs/small.toml --recipes ufp4,nvfp4 --steps 100 --skip 30 --eval-interval 50 --label b \
+    --out-dir $R/small --json $R/small_b.json -- --data.dir=$D
