@@ -20,8 +20,8 @@ and schedule, so analysis.compare reads them against the bf16 runs of the same s
 
 Every run of a seed starts from the same weights and sees the same batches, whatever its recipe.
 The paired studies of docs/STUDIES.md (dense-small, moe-small) train one pass over the training
-split (steps from data.dir/meta.json), evaluate on at least 1M tokens, keep no checkpoint but the
-first seed's bf16 run's snapshots (snap-<step>.pt, for analysis.gradients), and with --results
+split (steps from data.dir/meta.json), evaluate on at least 1M tokens, keep no checkpoint once
+finished (one is written at the end, or at a stop, to go on from) but the first seed's bf16 run's snapshots (snap-<step>.pt, for analysis.gradients), and with --results
 write each finished run's compact log (analysis.runlog). --runs and --seeds pick a batch of them:
 
     python -m analysis.sweep --study dense-small --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339 --out runs/study \
@@ -36,7 +36,10 @@ vocabulary the LM head is most of N for the smallest rungs (12.9M of gpu-ladder'
 Each run is `python train.py CONFIG --section.key=value ...` (or torchrun with --nproc) in its own
 directory OUT/<rung>-<recipe>-s<seed>, so analysis.compare and analysis.scaling_fit find its
 log.jsonl; OUT/sweep.json lists every run with N, D, C. A finished run (log at max_steps) is
-skipped, an interrupted one resumes from its checkpoint (train.resume=auto).
+skipped, an interrupted one resumes from its checkpoint (train.resume=auto). `--deadline SECONDS`
+(or SIGTERM / Ctrl-C to the sweep) stops it cleanly: no run starts after it, the running ones get
+SIGTERM (train.py finishes its step and checkpoints), and the sweep exits with status 3; the same
+command goes on where it stopped (a GPU lent for minutes, a job's time limit).
 The warmup is 5% of the steps and every run evaluates ~10 times (always at the last step).
 
 MoE: a rung may set `model.preset` to a preset with an MoE config; no preset in model.PRESETS has
@@ -48,6 +51,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -208,7 +212,7 @@ def paired_budget(spec: dict, config: str, user: dict, nproc: int) -> tuple:
     eval_batches = math.ceil(spec["eval_tokens"] / (cfg.data.batch_size * seq_len * nproc))
     return {"train.max_steps": steps, "optim.warmup_steps": max(1, round(0.05 * steps)),
             "train.eval_interval": max(1, steps // spec["evals"]), "data.eval_batches": eval_batches,
-            "train.ckpt_interval": -1}, steps
+            "train.ckpt_interval": 0}, steps  # 0: at the end and at a stop; the sweep drops it once finished
 
 
 def plan_study(study: str, seeds, user: dict, nproc: int, out: Path, only=None) -> list:
@@ -229,7 +233,7 @@ def plan_study(study: str, seeds, user: dict, nproc: int, out: Path, only=None) 
             extra = {"train.ckpt_interval": max(1, base["train.max_steps"] // snap)} if snap else {}
             run = run_entry(config, study, out / f"{name}-s{seed}", recipe, seed, base | quant_kw | user | extra,
                             (tokens_per_step * nproc, n_params, fpt))
-            runs.append(run | {"snapshots": bool(snap)})
+            runs.append(run | {"snapshots": bool(snap), "drop_ckpt": "epochs" in spec})
     return runs
 
 
@@ -241,6 +245,8 @@ def finished(run: dict) -> bool:
 
 
 SNAPSHOT_POLL_S = 2.0
+STOP = threading.Event()  # set at --deadline or on SIGTERM/SIGINT: no new run; running ones get SIGTERM
+STOPPED = 3  # the sweep's exit status when it stopped early (rerun to go on)
 
 
 def snapshot(run_dir: Path, seen):
@@ -267,16 +273,25 @@ def launch(run: dict, nproc: int, gpu=None):
     out_file = Path(run["dir"]) / "train.out"
     with open(out_file, "w") as f:
         env = os.environ | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})
-        proc, seen = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env), None
+        proc, seen, signalled = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env), None, False
         while proc.poll() is None:
-            time.sleep(SNAPSHOT_POLL_S)
+            STOP.wait(SNAPSHOT_POLL_S)
+            if STOP.is_set() and not signalled:  # (torchrun passes it on to its ranks)
+                proc.send_signal(signal.SIGTERM)
+                signalled = True
             seen = snapshot(Path(run["dir"]), seen) if run.get("snapshots") else seen
         if run.get("snapshots"):
             snapshot(Path(run["dir"]), seen)
+    if signalled and proc.returncode in (143, -signal.SIGTERM):  # stopped (with a checkpoint if it had begun)
+        return False
+    if proc.returncode == 0 and run.get("drop_ckpt"):  # a finished paired run keeps its log, not its states
+        for name in ("ckpt.pt", "ckpt.pt.sha256", "ckpt.prev.pt", "ckpt.prev.pt.sha256"):
+            (Path(run["dir"]) / name).unlink(missing_ok=True)
     if proc.returncode != 0:
         tail = "\n".join(out_file.read_text().splitlines()[-15:])
         raise SystemExit(f"run {run['name']} failed (exit {proc.returncode}); its output is in {out_file}:\n"
                          f"{tail}\ncommand: {' '.join(cmd)}")
+    return True
 
 
 def report(k: int, n: int, run: dict, seconds: float, results=None):
@@ -300,12 +315,13 @@ def run_pool(runs: list, gpus: list, jobs: int, nproc: int, results=None):
     def worker(gpu):
         while True:
             with lock:
-                if not queue or errors:
+                if not queue or errors or STOP.is_set():
                     return
                 run = queue.pop(0)
             t0 = time.time()
             try:
-                launch(run, nproc, gpu)
+                if not launch(run, nproc, gpu):
+                    return
             except SystemExit as e:
                 with lock:
                     errors.append(e)
@@ -352,8 +368,12 @@ def main(argv=None):
     p.add_argument("--runs", default=None, help="comma list: only these runs of the study, e.g. bf16,e2m1,ufp4")
     p.add_argument("--results", type=Path, default=None, help="write each finished run's compact log "
                    "(analysis.runlog) to RESULTS/<study or rung>/<run>.jsonl.gz")
+    p.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                   help="stop cleanly this long after the start (running runs checkpoint); rerun to go on")
     p.add_argument("--dry-run", action="store_true", help="print the plan, train nothing")
     args = p.parse_args(argv)
+    if args.deadline is not None and args.deadline <= 0:
+        raise SystemExit(f"--deadline must be a positive number of seconds, got {args.deadline}")
     if args.tokens_per_param <= 0:
         raise SystemExit(f"--tokens-per-param must be positive, got {args.tokens_per_param}")
     if args.jobs < 1 or (args.jobs > 1 and args.gpus is None):
@@ -395,13 +415,32 @@ def main(argv=None):
                 runlog.pack(r["dir"], results / r["rung"])
         else:
             todo.append(r)
-    if args.gpus is not None:
-        run_pool(todo, [int(g) for g in args.gpus.split(",")], args.jobs, args.nproc, results)
-        return runs
-    for k, r in enumerate(todo, 1):
-        t0 = time.time()
-        launch(r, args.nproc)
-        report(k, len(todo), r, time.time() - t0, results and results / r["rung"])
+    STOP.clear()
+    timer = threading.Timer(args.deadline, STOP.set) if args.deadline else None
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():  # SIGTERM/SIGINT: stop as at the deadline
+        handlers = {sig: signal.signal(sig, lambda *_: STOP.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if timer:
+            timer.start()
+        if args.gpus is not None:
+            run_pool(todo, [int(g) for g in args.gpus.split(",")], args.jobs, args.nproc, results)
+        else:
+            for k, r in enumerate(todo, 1):
+                t0 = time.time()
+                if STOP.is_set() or not launch(r, args.nproc):
+                    break
+                report(k, len(todo), r, time.time() - t0, results and results / r["rung"])
+    finally:
+        if timer:
+            timer.cancel()
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+    left = [r["name"] for r in todo if not finished(r)] if STOP.is_set() else []
+    if left:
+        print(f"stopped early: {len(left)} of {len(runs)} runs not finished ({', '.join(left)}); the same command "
+              "goes on from their checkpoints", flush=True)
+        raise SystemExit(STOPPED)
     return runs
 
 

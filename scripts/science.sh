@@ -8,6 +8,9 @@
 #   scripts/science.sh STUDY DATA_DIR OUT_DIR RESULTS_DIR [GPUS] [JOBS_PER_GPU] [analysis.sweep args ...]
 #   scripts/science.sh dense-small data/registry-mix runs/study bench/results/study 0 4 \
 #       --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339          # the pilot
+# `--deadline SECONDS` (an analysis.sweep argument) stops the batch cleanly in time for a GPU loan's end:
+# running runs checkpoint, the script exits with status 3 before the comparison, and the same command
+# goes on from the checkpoints (while OUT_DIR is still there).
 # DATA_DIR may also be the corpus packed for the trip to a GPU machine (uint16 shards, 67 MB -> 24 MB):
 #   tar -C data -cJf runs/registry-mix.tar.xz registry-mix
 # it is unpacked once into OUT_DIR/data/.
