@@ -29,6 +29,6 @@ ${TRAIN/--log.out_dir=$RUN/--train.seed=1338 --log.out_dir=$RUN2} --train.stop_a
 $PY -m analysis.gradients --ckpt $RUN2/snap/step150.pt $G --batches 32 --draws 2 --device cpu --out $RUN2/grad_step150 --no-plots
 # seeds 1339-1351 to step 150, ufp4 and e2m1 only, into $OUT/seed{1339,...,1351}/ (as seed 1338, with
 # --train.seed=S and --recipe ufp4 --recipe e2m1)
-# the JSONs (6 significant digits) gzipped to $OUT/step{50,150,500}/ and $OUT/seed*/step150/, each seed's
-# train log to $OUT/seed*/train_log.jsonl.gz, then (the README's numbers):
+# the JSONs (6 significant digits) gzipped to $OUT/step{50,150,500}/ and $OUT/seed1338/step150/; seeds 1339-1351
+# packed into $OUT/seeds1339-1351_step150.json.gz ({seed: JSON}); then (the README's numbers):
 # $PY $OUT/summarize.py > $OUT/summary.md

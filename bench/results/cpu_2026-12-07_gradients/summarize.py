@@ -20,9 +20,19 @@ from analysis.stats import mean_ci  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
+PACKED = HERE / "seeds1339-1351_step150.json.gz"  # seeds 1339-1351 at step 150, {seed: gradients.json}
+
+
 def load(name):
+    if name.startswith("seed") and not (HERE / name).exists():  # e.g. "seed1340/step150"
+        return json.loads(gzip.decompress(PACKED.read_bytes()))[name[4:].split("/")[0]]
     p = HERE / name / "gradients.json"
     return json.loads(p.read_text() if p.exists() else gzip.decompress(p.with_suffix(".json.gz").read_bytes()))
+
+
+def exists(name):
+    return (HERE / name).exists() or (name.startswith("seed") and PACKED.exists()
+                                       and name[4:].split("/")[0] in json.loads(gzip.decompress(PACKED.read_bytes())))
 
 
 def per_batch(layers, blocks=None):
@@ -87,9 +97,9 @@ SEEDS_AT_150 = ["step150"] + [f"seed{s}/step150" for s in range(1338, 1352)]  # 
 
 
 if __name__ == "__main__":
-    names = sys.argv[1:] or ["step50", "step150", "step500"] + [n for n in SEEDS_AT_150[1:] if (HERE / n).exists()]
+    names = sys.argv[1:] or ["step50", "step150", "step500"] + [n for n in SEEDS_AT_150[1:] if exists(n)]
     res = {n: summary(n) for n in names}
-    seeds = [n for n in SEEDS_AT_150 if (HERE / n).exists()] if not sys.argv[1:] else []
+    seeds = [n for n in SEEDS_AT_150 if exists(n)] if not sys.argv[1:] else []
     if len(seeds) > 1:
         res["across_seeds_step150"] = across_seeds(seeds)
     for s, o in res.items():
