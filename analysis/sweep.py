@@ -275,7 +275,10 @@ def launch(run: dict, nproc: int, gpu=None):
         env = os.environ | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})
         proc, seen, signalled = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env), None, False
         while proc.poll() is None:
-            STOP.wait(SNAPSHOT_POLL_S)
+            if signalled:  # (STOP stays set: waiting on it would spin)
+                time.sleep(SNAPSHOT_POLL_S)
+            else:
+                STOP.wait(SNAPSHOT_POLL_S)
             if STOP.is_set() and not signalled:  # (torchrun passes it on to its ranks)
                 proc.send_signal(signal.SIGTERM)
                 signalled = True
