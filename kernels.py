@@ -1,22 +1,14 @@
 """Triton kernels for 4-bit quantization: one fused pass, bit for bit like the PyTorch reference in
-quant.py (docs/NUMERICS.md §1-5).
+quant.py (the spec: docs/NUMERICS.md; a program's layout and the proofs: docs/KERNELS.md).
 
 A call sees a 2-D view [M, K] of its input, K the quantized (reduction) dim, cut into groups of 16.
-For each block of 16 or 32 elements (or 16x16 weight tile) one program does, in registers:
-  1. optional RHT-16 of each group (the rotated tensor is never written);
-  2. the block amax and scale (fp32 | e4m3 two-level | e8m0), and y = x / scale;
-  3. round-to-nearest-even or stochastic rounding (Philox, 16-bit uniforms) of |y| to a level index;
-  4. outputs: packed codes (sign<<3 | level, two a byte) with the stored scales, and/or the
-     dequantized tensor, rotated back or kept rotated for the emulated GEMM.
-dim=-1 quantizes along rows; dim=0 along the columns of a 2-D tensor, without a transpose. e4m3
-scales need the tensor amax first: a separate pass (tensor_amax; tensor_amax_both gives the rows'
-and the columns' amax from one read of x).
-
-Every step is the reference's fp32 operation in the same order, with two exceptions that return the
-same bits: fp32 scales divide by RN(1/s) and FMA corrections instead of IEEE division (exact while the
-tile's scales lie in a range it checks; a tile outside divides the IEEE way), and |y| is rounded to its
-level by adding 2**23 times the level spacing. docs/KERNELS.md gives the layout of a program and the
-proofs; tests/test_kernels.py checks every path against quant.py.
+A program takes a tile of groups and, in registers: rotates each group (optional RHT-16), takes the
+block amax and scale (fp32 | e4m3 two-level | e8m0), rounds |x / scale| to a level index (RTNE, or SR
+from Philox), and writes the packed codes with their scales and/or the dequantized tensor (rotated
+back, or kept rotated for the emulated GEMM). dim=-1 quantizes along rows; dim=0 along the columns of
+a 2-D tensor, without a transpose. e4m3 scales need the tensor amax first: a separate pass
+(tensor_amax; tensor_amax_both gives the rows' and the columns' from one read of x). Each step is the
+reference's fp32 operation, in its order; two shortcuts return the same bits (docs/KERNELS.md §4-5).
 
 Sections: jit helpers; kernels; launch planning; public functions; torch.library operators nanofp4::*
 with one entry point each (*_op: the operator when traced by torch.compile, its body otherwise).
@@ -36,17 +28,13 @@ import triton.language as tl
 E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 SCALE_MODES = {"fp32": 0, "e4m3": 1, "e8m0": 2}  # the kernels' SCALE: FP32, E4M3, E8M0
 FP32, E4M3, E8M0 = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
-OUT_F32, OUT_BF16, OUT_BF16_BITS = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # OUT_BF16_BITS: the
-# interpreter, whose bf16 casts are wrong, gets bf16 rounded with integer ops
-# Philox4x32 rounds for SR: 7 pass TestU01's BigCrush (Salmon et al., SC'11; tl.randint4x's default 10 is
-# a margin) and make SR ~10% faster. Read by _plan, which caches it: cache_clear() after a change.
-PHILOX_ROUNDS = 7
-# The fast division needs a fused multiply-add. Triton's CPU interpreter rounds tl.fma twice, so it
-# divides the IEEE way unless its FMA has been made exact (tests/conftest.py does so and sets this).
-INTERPRET_FAST_DIV = False  # read by _plan, as PHILOX_ROUNDS
+# the kernels' OUT_MODE; OUT_BF16_BITS rounds to bf16 by integer ops, for the interpreter (its bf16 casts are wrong)
+OUT_F32, OUT_BF16, OUT_BF16_BITS = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+# read by _plan, which caches them (_plan.cache_clear() after a change)
+PHILOX_ROUNDS = 7  # SR's Philox rounds (docs/KERNELS.md §6)
+INTERPRET_FAST_DIV = False  # set where the interpreter's FMA is exact (tests/conftest.py, docs/KERNELS.md §8)
 _SR_B = tl.constexpr(2.0**-9 * (1 + 2.0**-17))  # uniform-grid SR's constant (_round_to_grid)
-# the fast division's range of scales (_outside_fast_range), as fp32 bits: 2**-98 up to 2**123, or 2**100 for
-# uniform SR (above, RN(1/s) * 2**-9 / step would be subnormal)
+# the fast division's range of scales as fp32 bits: 2**-98 up to 2**123, or 2**100 for uniform SR (docs/KERNELS.md §4)
 _FAST_LO, _FAST_TOP, _FAST_TOP_SR_UNIFORM = tl.constexpr(0x0E800000), tl.constexpr(0x7D000000), tl.constexpr(0x71800000)
 
 
@@ -70,8 +58,7 @@ def _pow2(p):
 
 @triton.jit
 def _butterfly(v):
-    """Stages h = 1, 2, 4, 8 of (a, b) -> (a + b, a - b) on groups v [BM, NG, 8, 2] (element j + 8h),
-    in rht.py's order: v times 4·H16."""
+    """v [BM, NG, 8, 2] times 4·H16: stages h = 1, 2, 4, 8 of (a, b) -> (a + b, a - b), as rht.py."""
     BM: tl.constexpr = v.shape[0]
     NG: tl.constexpr = v.shape[1]
     v = tl.reshape(v, (BM, NG, 2, 2, 2, 2))  # bit axes of the element index: (b2, b1, b0, b3)
@@ -113,7 +100,7 @@ def _split8(v):
 def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE: tl.constexpr,
                   I64: tl.constexpr, EVEN: tl.constexpr = False):
     """Rows m [BM], groups g [NG], the tile mask [BM, NG] and the element offset of (m, g, 0). EVEN: the
-    tiles cover the [M, K] view exactly, so the mask is a constant (the loads and stores lose theirs)."""
+    tiles cover the [M, K] view, so the mask is a constant (the loads and stores lose theirs)."""
     m = pid_m * BM + tl.arange(0, BM)
     g = pid_g * NG + tl.arange(0, NG)
     if EVEN:
@@ -122,8 +109,7 @@ def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWIS
         mask = (m < M)[:, None] & (g < K // 16)[None, :]
     mm = m.to(tl.int64) if I64 else m
     gg = g.to(tl.int64) if I64 else g
-    if COLWISE:  # element (m, k) of the view is x[k, m] of the [K, M] input; M, its row length, is then a
-        # compile-time constant (COLS), so the offsets k * M of a group's 16 rows are immediates
+    if COLWISE:  # element (m, k) of the view is x[k, m] of the [K, M] input (docs/KERNELS.md §3)
         base = mm[:, None] + (gg * 16 * M)[None, :]
     else:
         base = mm[:, None] * K + gg[None, :] * 16
@@ -132,8 +118,7 @@ def _tile_offsets(pid_m, pid_g, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWIS
 
 @triton.jit
 def _from_words(w):
-    """Words [BM, NG, 4] of two elements each (bf16: int32, fp32: int64; element 2i in the low half of
-    word i) -> the 8 elements [BM, NG, 8] in fp32, each by a shift or a mask (exact in the interpreter)."""
+    """Words [BM, NG, 4] of two elements (bf16: int32, fp32: int64; 2i in word i's low half) -> fp32 [BM, NG, 8]."""
     if w.dtype == tl.int32:
         ev = _f32(w << 16)
         od = _f32(w & -65536)
@@ -145,9 +130,8 @@ def _from_words(w):
 
 @triton.jit
 def _load_tile(x_ptr, base, mask, M, COLWISE: tl.constexpr):
-    """The tile [BM, NG, 8, 2] in fp32 (masked elements are 0). Rows: x is read as words of two elements
-    (_tile_input), two 16-byte loads a group for bf16, and split in registers. Columns: the 16 rows of
-    each group, bf16 given as its int16 bits and widened by a shift."""
+    """The tile [BM, NG, 8, 2] in fp32, masked elements 0: rows read as words of two elements (_tile_input),
+    columns as the 16 rows of each group, bf16 as its int16 bits (docs/KERNELS.md §3)."""
     if COLWISE:
         r = ()
         for k in tl.static_range(16):
@@ -181,10 +165,9 @@ def _store_tile(out_ptr, v, base, mask, M, COLWISE: tl.constexpr):
 @triton.jit
 def _store_dequant(out_ptr, dq, signs_ptr, base, mask, M, COLWISE: tl.constexpr, RHT: tl.constexpr,
                    KEEP_ROTATED: tl.constexpr, OUT_MODE: tl.constexpr):
-    """Store the fp32 dequantized tile, rotated back (rht.rht_inverse: butterfly, then 0.25 and the
-    signs in one exact multiply) unless KEEP_ROTATED, as OUT_MODE says."""
+    """Store the fp32 dequantized tile as OUT_MODE says, rotated back (rht.rht_inverse) unless KEEP_ROTATED."""
     if RHT and not KEEP_ROTATED:
-        dq = _butterfly(dq) * (_signs(signs_ptr) * 0.25)
+        dq = _butterfly(dq) * (_signs(signs_ptr) * 0.25)  # 0.25 and the signs: one exact multiply
     if OUT_MODE == OUT_BF16:
         dq = dq.to(tl.bfloat16)
     elif OUT_MODE == OUT_BF16_BITS:  # RNE by integer ops; NaN -> 0x7FC0
@@ -195,8 +178,7 @@ def _store_dequant(out_ptr, dq, signs_ptr, base, mask, M, COLWISE: tl.constexpr,
 
 @triton.jit
 def _block_amax(x, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2D: tl.constexpr):
-    """Tile [BM, NG, 8, 2] -> the max |x| of each group's block (16 or 32 elements, or 16x16 tile), per
-    group [BM, NG]: exact, or NaN if the block holds a NaN."""
+    """Tile [BM, NG, 8, 2] -> the max |x| of each group's block (16, 32 or 16x16) [BM, NG]; NaN if it has one."""
     a = tl.reduce(tl.reduce(tl.abs(x), 3, _max_nan), 2, _max_nan)
     if BLOCK_2D:
         t = tl.reduce(tl.reshape(a, (BM // 16, 16, NG)), 1, _max_nan)
@@ -209,8 +191,7 @@ def _block_amax(x, BM: tl.constexpr, NG: tl.constexpr, QB: tl.constexpr, BLOCK_2
 
 @triton.jit
 def _tensor_scale(amax_ptr, G: tl.constexpr):
-    """e4m3's tensor scale t = max(amax_T / (448 g), 2**-120) (1 for amax_T = 0; the floor is quant.py's
-    E4M3_T_MIN) and RN(1 / t), from the tensor amax's bits at amax_ptr."""
+    """e4m3's tensor scale t = max(amax_T / 448g, 2**-120) (1 if amax_T = 0), RN(1 / t); amax_T's bits at amax_ptr."""
     amax_t = _f32(tl.load(amax_ptr))
     t = tl.where(amax_t > 0, tl.maximum(tl.math.div_rn(amax_t, 448.0 * G), 2.0**-120), 1.0)
     return t, tl.math.div_rn(1.0, t)
@@ -218,9 +199,8 @@ def _tensor_scale(amax_ptr, G: tl.constexpr):
 
 @triton.jit
 def _block_scale(amax, finite, t, it, SCALE: tl.constexpr, G: tl.constexpr, E8_SHIFT: tl.constexpr):
-    """Block amax [BM, NG] (0 for non-finite blocks) -> (f, deq, stored), the reference's steps: y = x / f
-    (fp32) or y = x * f (e4m3, e8m0); dequant = level * deq (NaN for non-finite blocks); the scale as
-    stored. t, it: e4m3's tensor scale and RN(1 / t)."""
+    """Block amax [BM, NG] (0 if non-finite) -> (f, deq, stored), as the reference: y = x / f (fp32) or x * f
+    (e4m3, e8m0); dequant = level * deq (NaN if non-finite); the stored scale. t, it: _tensor_scale's."""
     if SCALE == FP32:  # s = amax / g; an all-zero block divides by 1 (y = 0)
         s = tl.math.div_rn(amax, G)
         f = tl.where(s > 0, s, 1.0)
@@ -245,35 +225,28 @@ def _block_scale(amax, finite, t, it, SCALE: tl.constexpr, G: tl.constexpr, E8_S
 
 @triton.jit
 def _div_bf16(x, s, r):
-    """RN(x / s) for bf16 x and s = RN(amax / g) of a bf16 amax (docs/KERNELS.md §4), r = RN(1 / s):
-    RN(x * r + RN(x * z)), z = RN(RN(1 - s * r) * r); for other x and s it is faithful. (-s is written
-    s * -1.0: Triton makes -s an instruction 0 - s, where a product by -1 folds into the FMA.)"""
-    return tl.fma(x, r, x * (tl.fma(s * -1.0, r, 1.0) * r))
+    """RN(x / s), r = RN(1 / s), for bf16 x and s = RN(amax / g) of a bf16 amax; else faithful (docs/KERNELS.md §4)."""
+    return tl.fma(x, r, x * (tl.fma(s * -1.0, r, 1.0) * r))  # s * -1.0 folds into the FMA (-s: an op 0 - s)
 
 
 @triton.jit
 def _div_fast(x, s, r):
-    """RN(x / s) for any fp32 x, r = RN(1 / s): _div_bf16's faithful quotient q and one Newton
-    correction q + RN(x - s * q) * r (Markstein), exact for s in [2**-100, 2**124] and |x / s| >= 2**-3;
-    smaller quotients come out within a few ulps, which round to level 0 all the same."""
+    """RN(x / s), r = RN(1 / s), for fp32 x: _div_bf16 and one Newton correction (docs/KERNELS.md §4)."""
     q = _div_bf16(x, s, r)
     return tl.fma(tl.fma(s * -1.0, q, x), r, q)
 
 
 @triton.jit
 def _outside_fast_range(v, TOP: tl.constexpr = _FAST_TOP):
-    """v outside [2**-98, TOP] (TOP as fp32 bits), or NaN: one unsigned compare of the bits (below
-    2**-98, zeros too, they wrap around; negative v and NaN lie above)."""
+    """v outside [2**-98, TOP] (fp32 bits) or NaN, by one unsigned compare (zeros wrap; v < 0, NaN lie above)."""
     return v.to(tl.uint32, bitcast=True) - _FAST_LO > TOP - _FAST_LO
 
 
 @triton.jit
 def _scaled(x, f, SCALE: tl.constexpr, G: tl.constexpr, UNIFORM: tl.constexpr, STEP: tl.constexpr,
             SR: tl.constexpr, FAST_DIV: tl.constexpr, X_BF16: tl.constexpr):
-    """y = x / scale [BM, NG, 8, 2] as _round_to_grid takes it (docs/KERNELS.md §4). RTNE, fp32 scales:
-    the fast division where every f of the tile is in range (no clamp needed), else IEEE and a clamp.
-    SR, fp32 scales: |x| * (RN(1/s) less 4 ulps), out-of-range groups scaled by 2**±64 first (a group's
-    draws never depend on its neighbours); uniform grids scaled by 2**-9 / STEP. e4m3, e8m0: |x * f|."""
+    """y = x / scale [BM, NG, 8, 2] as _round_to_grid takes it: for fp32 scales the fast division, IEEE
+    division or (SR) x * RN(1/s), for e4m3 and e8m0 |x * f| (docs/KERNELS.md §4, §6)."""
     SR_SCALE: tl.constexpr = 0.001953125 / STEP  # 2**-9 / STEP
     fe = f[:, :, None, None]
     if SCALE != FP32:
@@ -283,8 +256,8 @@ def _scaled(x, f, SCALE: tl.constexpr, G: tl.constexpr, UNIFORM: tl.constexpr, S
     elif SR:
         TOP: tl.constexpr = _FAST_TOP_SR_UNIFORM if UNIFORM else _FAST_TOP
         k = tl.where(_outside_fast_range(f, TOP), tl.where(f < 1.0, 1.8446744073709552e19, 5.421010862427522e-20), 1.0)
-        rs = _f32(tl.math.div_rn(1.0, f * k).to(tl.int32, bitcast=True) - 4)
-        xk = x * k[:, :, None, None]
+        rs = _f32(tl.math.div_rn(1.0, f * k).to(tl.int32, bitcast=True) - 4)  # RN(1/s) less 4 ulps
+        xk = x * k[:, :, None, None]  # groups out of range scaled by 2**±64 first (docs/KERNELS.md §4)
         if UNIFORM:  # (the min only acts where s is subnormal)
             y = tl.minimum(tl.fma(tl.abs(xk), (rs * SR_SCALE)[:, :, None, None], _SR_B), G * SR_SCALE + _SR_B)
         else:
@@ -303,12 +276,8 @@ def _scaled(x, f, SCALE: tl.constexpr, G: tl.constexpr, UNIFORM: tl.constexpr, S
 
 @triton.jit
 def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.constexpr, SR: tl.constexpr):
-    """|y| <= g_max -> (level index int32, level value fp32), RTNE or SR (k: 16-bit random integers,
-    u = (k + 1/2) * 2**-16). Near |y| the levels are sp apart; with c = sp * 2**23 (bits CB on uniform
-    grids) the fp32 sum v = |y| + c is |y| rounded to the level lattice, ties to the even index, and
-    bits(v) - bits(c) counts its steps. SR adds u1 * sp (u1 = 1 + u from bits, one FMA) and c - sp / 2;
-    uniform SR adds k * 2**-25 to y = |y| * 2**-9 / STEP + _SR_B (_scaled) by one FMA on k's bits
-    (docs/KERNELS.md §5-6)."""
+    """|y| <= g_max -> (level index int32, level value fp32), RTNE or SR with 16-bit random integers k: the
+    fp32 sum |y| + c, c = spacing * 2**23 (bits CB on uniform grids), lands on the level (docs/KERNELS.md §5-6)."""
     ay = tl.abs(y)
     if UNIFORM:
         cb = CB
@@ -317,21 +286,20 @@ def _round_to_grid(y, k, UNIFORM: tl.constexpr, STEP: tl.constexpr, CB: tl.const
         cb = tl.maximum(y.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000) + 0x0B000000
         base = (cb >> 22) - 298  # index of level 0, 2 or 4 at spacing .5, 1, 2
     if SR and UNIFORM:
-        v = tl.fma(_f32(k), 2.1267647932558654e37, y) + 16383.9990234375  # 2**124; c - sp / 2
+        v = tl.fma(_f32(k), 2.1267647932558654e37, y) + 16383.9990234375  # k * 2**-149 * 2**124; c - sp / 2
         return v.to(tl.int32, bitcast=True) - 0x46800001, tl.fma(v, STEP * 512.0, STEP * -8388609.0)
     if SR:
-        u1 = _f32((k << 7) | 0x3F800040)
-        v = tl.fma(u1, _f32(cb - 0x0B800000), ay) + _f32(cb - 1)
+        u1 = _f32((k << 7) | 0x3F800040)  # 1 + u, u = (k + 1/2) * 2**-16
+        v = tl.fma(u1, _f32(cb - 0x0B800000), ay) + _f32(cb - 1)  # |y| + u1 * sp, then + c - sp / 2
         cb = cb + 1
     else:
-        v = ay + _f32(cb)
-    return v.to(tl.int32, bitcast=True) - cb + base, v - _f32(cb)
+        v = ay + _f32(cb)  # |y| rounded to the level lattice, ties to the even index
+    return v.to(tl.int32, bitcast=True) - cb + base, v - _f32(cb)  # bits(v) - bits(c) counts the steps
 
 
 @triton.jit
 def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.constexpr):
-    """[BM, NG, 8, 2] 16-bit random integers (int32): 2 Philox calls (8 words of 32 bits, two halves
-    each) per group, with counters unique per group of the [M, K] view."""
+    """[BM, NG, 8, 2] 16-bit random integers (int32): 2 Philox calls a group, counters unique to the group."""
     offs = ((m[:, None] * (K // 16) + g[None, :]) * 2)[:, :, None] + tl.arange(0, 2)[None, None, :]
     r0, r1, r2, r3 = tl.randint4x(seed, offs, ROUNDS)                    # uint32, each [BM, NG, 2]
     r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BM, NG, 8))
@@ -340,10 +308,8 @@ def _uniforms(seed, m, g, K, BM: tl.constexpr, NG: tl.constexpr, ROUNDS: tl.cons
 
 @triton.jit
 def _pack_codes(idx, xbits, finite):
-    """Level indices [BM, NG, 8, 2] (element j + 8h) and x's fp32 bits (their signs) -> the 4-bit codes
-    sign<<3 | index of a group in one int64 [BM, NG], element i in bits 4i..4i+3 (byte i holds
-    elements 2i, 2i + 1 in its low, high nibble), so a group's 8 bytes are one store; code 0 for
-    non-finite groups."""
+    """Level indices [BM, NG, 8, 2] and x's bits (signs) -> each group's codes sign<<3 | index in one int64
+    [BM, NG], element i in bits 4i..4i+3, so one store (docs/KERNELS.md §5); 0 for non-finite groups."""
     c = idx | ((xbits >> 28) & 8)
     w = tl.sum(c << (4 * tl.arange(0, 8))[:, None], axis=2)  # [BM, NG, 2]: disjoint bits, the sum an or
     lo, hi = tl.split(w)
@@ -360,10 +326,9 @@ def _quantize_kernel(x_ptr, out_ptr, codes_ptr, scales_ptr, signs_ptr, amax_ptr,
                      SR: tl.constexpr, SEED_PTR: tl.constexpr, ROUNDS: tl.constexpr, FAST_DIV: tl.constexpr,
                      X_BF16: tl.constexpr, WANT_CODES: tl.constexpr, WANT_DEQUANT: tl.constexpr,
                      OUT_MODE: tl.constexpr, OUT_ROW: tl.constexpr, OUT_STRIDE: tl.constexpr):
-    """Quantize the tile [BM, NG*16] of the [M, K] view. COLS: x's row length along columns (M = COLS),
-    else 0. M_FIRST: the grid's first axis along m. SEED_PTR: SR's seed is the int32 at seed_ptr.
-    X_BF16: x holds bf16 values, not rotated. OUT_STRIDE: out's row stride if it is a slice of a wider
-    tensor (x's rows of OUT_ROW elements go to out's rows), else 0."""
+    """Quantize the tile [BM, NG*16] of the [M, K] view. COLS: x's row length (= M) along columns, else 0.
+    M_FIRST: the grid's first axis along m. SEED_PTR: SR's seed is the int32 at seed_ptr. X_BF16: bf16 x,
+    not rotated. OUT_STRIDE: out's row stride if it is a slice of a wider tensor (rows of OUT_ROW), else 0."""
     COLWISE: tl.constexpr = COLS != 0
     if COLWISE:
         M = COLS
@@ -415,10 +380,8 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
                        NG: tl.constexpr, QB: tl.constexpr, I64: tl.constexpr, RHT: tl.constexpr,
                        KEEP_ROTATED: tl.constexpr, SCALE: tl.constexpr, SH: tl.constexpr, MUL1: tl.constexpr,
                        MUL2: tl.constexpr, NL: tl.constexpr, OUT_MODE: tl.constexpr):
-    """_quantize_kernel's dequantized output from stored codes and scales, NG groups of the N elements
-    (one row) a program. A code becomes its signed level by bit moves and an exact multiply: the sign to
-    bit 31, the index n to bits SH..SH+2, read as n * 2**-128 (SH = 21, uniform grids; times step *
-    2**128 = MUL1 * MUL2) or E2M1's level * 2**-126 (SH = 22; times MUL1 = 2**126). n >= NL: level 0."""
+    """_quantize_kernel's dequantized output from stored codes and scales, NG groups of the N elements (one
+    row) a program. SH, MUL1, MUL2: the code's bit moves and multiplies (docs/KERNELS.md §5); index >= NL: 0."""
     _, _, mask, base = _tile_offsets(0, tl.program_id(0), 1, N, 1, NG, False, I64)
     b = tl.load(codes_ptr + (base >> 1)[:, :, None] + tl.arange(0, 8)[None, None, :], mask=mask[:, :, None])
     b = tl.permute(tl.reshape(b.to(tl.int32), (1, NG, 2, 4)), (0, 1, 3, 2))  # [1, NG, i, h]
@@ -442,14 +405,12 @@ def _dequantize_kernel(codes_ptr, scales_ptr, tscale_ptr, signs_ptr, out_ptr, N,
     _store_dequant(out_ptr, q * s[:, :, None, None], signs_ptr, base, mask, 1, False, RHT, KEEP_ROTATED, OUT_MODE)
 
 
-# The e4m3 tensor amax (the first pass): persistent grids, each program reading tile after tile (tile p,
-# p + P, ...; `while` loops: the interpreter cannot run tl.range with runtime bounds) and making one atomic max.
+# The e4m3 tensor amax, a first pass (docs/KERNELS.md §7); `while` loops, as the interpreter's tl.range needs
+# constant bounds.
 @triton.jit
 def _group_max(v, signs, RHT: tl.constexpr, EXACT: tl.constexpr):
-    """Groups v [BM, NG, 8, 2] -> max |v| per group [BM, NG], rotated (4x: the butterfly's 0.25 is the
-    caller's) if RHT. EXACT: over the finite values. Else a float max: the same for finite groups,
-    else Inf or NaN or (where a max drops NaN) the max of the others; the caller then reads its tiles
-    again, EXACT."""
+    """Groups v [BM, NG, 8, 2] -> max |v| per group [BM, NG], rotated if RHT (times 4: the caller applies 0.25).
+    EXACT: over the finite values; else a float max, right for finite groups (the caller then checks)."""
     if RHT:
         v = _butterfly(v * signs)
     a = tl.abs(v)
@@ -477,9 +438,7 @@ def _tiles_amax(x_ptr, signs, M, K, BM: tl.constexpr, NG: tl.constexpr, COLWISE:
 def _amax_kernel(x_ptr, signs_ptr, amax_ptr, M, K, BM: tl.constexpr, NG: tl.constexpr, COLS: tl.constexpr,
                  I64: tl.constexpr, RHT: tl.constexpr):
     """amax_ptr[0] = the fp32 bits of max |x| over the finite elements of the [M, K] view (COLS: as
-    _quantize_kernel's), after RHT along K if RHT: the float max of _tiles_amax, its exact one where the
-    program met a non-finite group. max |v| * 0.25 = max |v * 0.25| (scaling by 0.25 is monotone and
-    keeps finiteness), so the butterfly's 0.25 is applied once, to the maximum."""
+    _quantize_kernel's), rotated along K if RHT; a program that met a non-finite group reads again, EXACT."""
     if COLS != 0:
         M = COLS
     signs = _signs(signs_ptr)
@@ -492,10 +451,8 @@ def _amax_kernel(x_ptr, signs_ptr, amax_ptr, M, K, BM: tl.constexpr, NG: tl.cons
 @triton.jit
 def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, I64: tl.constexpr,
                ROW_RHT: tl.constexpr, EXACT: tl.constexpr, SYNC: tl.constexpr):
-    """(rows, columns) max |v| over this program's TR x TC tiles of the [R, C] tensor, rows rotated along C
-    if ROW_RHT, columns along R. Each tile is loaded twice, as the column pass and the row pass read it
-    (xc_ptr, xw_ptr: _tile_input's); the second load finds it in the cache, so x is read from memory
-    once. SYNC: a barrier between the two, so the second load is issued after the first has arrived."""
+    """(rows, columns) max |v| over this program's TR x TC tiles of the [R, C] tensor, rows rotated if ROW_RHT,
+    columns always; each tile loaded as both passes read it (xw_ptr, xc_ptr), x read once (docs/KERNELS.md §7)."""
     n_c = tl.cdiv(C, TC)
     n_tiles = n_c * tl.cdiv(R, TR)
     acc_c = tl.zeros((TC, TR // 16), tl.float32)
@@ -505,7 +462,7 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
         _, _, mask, base = _tile_offsets(i % n_c, i // n_c, C, R, TC, TR // 16, True, I64)
         acc_c = _max_nan(acc_c, _group_max(_load_tile(xc_ptr, base, mask, C, True), signs, True, EXACT))
         if SYNC:
-            tl.debug_barrier()
+            tl.debug_barrier()  # so the second load, issued after the first has arrived, finds the cache warm
         _, _, mask, base = _tile_offsets(i // n_c, i % n_c, R, C, TR, TC // 16, False, I64)
         acc_r = _max_nan(acc_r, _group_max(_load_tile(xw_ptr, base, mask, R, False), signs, ROW_RHT, EXACT))
         i += tl.num_programs(0)
@@ -516,9 +473,8 @@ def _both_amax(xw_ptr, xc_ptr, signs, R, C, TR: tl.constexpr, TC: tl.constexpr, 
 @triton.jit
 def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, TC: tl.constexpr,
                       I64: tl.constexpr, ROW_RHT: tl.constexpr, COLS: tl.constexpr, SYNC: tl.constexpr):
-    """amax_ptr[0], [1] = the (rows, columns) tensor amax of the [R, C] tensor x (rows rotated if ROW_RHT,
-    columns always; C = COLS, a compile-time constant as in the column pass) from one read of x: the
-    float maxima of _both_amax, its exact ones where the program met a non-finite group."""
+    """amax_ptr[0], [1] = the (rows, columns) tensor amax of the [R, C] tensor x, C = COLS (as the column
+    pass), from one read: _both_amax's float maxima, or its EXACT ones where a group was non-finite."""
     signs = _signs(signs_ptr)
     amax_r, amax_c = _both_amax(xw_ptr, xc_ptr, signs, R, COLS, TR, TC, I64, ROW_RHT, False, SYNC)
     if not ((amax_r < float("inf")) & (amax_c < float("inf"))):
@@ -530,25 +486,19 @@ def _amax_both_kernel(xw_ptr, xc_ptr, signs_ptr, amax_ptr, R, TR: tl.constexpr, 
 # ----------------------------------------------------------------------------- launch planning
 _FLOATS = (torch.bfloat16, torch.float32)
 _SCALE_DTYPES = {"fp32": torch.float32, "e4m3": torch.float8_e4m3fn, "e8m0": torch.uint8}  # as stored
-# (BM rows, NG groups of 16, num_warps) per kind (_tile_kind), from H200 sweeps (bench/kernels_bench.py).
-# Rowwise (not 2D) the view is one row (BM = 1), so a warp's lanes take consecutive groups.
+# (BM rows, NG groups of 16, num_warps) per _tile_kind, from H200 sweeps (bench/kernels_bench.py); rows: BM = 1
 _TILES = {"row": (1, 64, 2), "row_codes": (1, 64, 1), "col": (128, 2, 4), "col_codes": (64, 4, 4),
           "2d": (16, 16, 4), "dequantize": (1, 128, 4)}
 _TILES_INTERPRET = {"row": (1, 64, 1), "row_codes": (1, 64, 1), "col": (32, 4, 1), "col_codes": (32, 4, 1),
                     "2d": (16, 8, 1), "dequantize": (1, 64, 1)}
-# the tensor-amax passes: (BM, NG, num_warps) along rows (and without RHT) or columns, (TR, TC,
-# num_warps[, sync]) for rows and columns from one read; persistent grids of this many programs an SM
+# tensor-amax passes: (BM, NG, num_warps) along rows (or without RHT) or columns, (TR, TC, num_warps[, sync]) both
 _AMAX_TILES = {"row": (1, 256, 4), "col": (64, 4, 4), "both": (64, 64, 4, True)}
 _AMAX_TILES_INTERPRET = {"row": (1, 8, 1), "col": (16, 2, 1), "both": (32, 32, 1)}
-_AMAX_PROGRAMS_PER_SM = 8
+_AMAX_PROGRAMS_PER_SM = 8  # the persistent grids' programs an SM
 
 
 def _cdiv(a: int, b: int) -> int:  # on the host: triton.cdiv is a jit function, slow to call here
     return -(-a // b)
-
-
-def _f32_bits(v: float) -> int:
-    return struct.unpack("<i", struct.pack("<f", v))[0]
 
 
 def _check_device(x: torch.Tensor) -> bool:
@@ -563,8 +513,7 @@ def _check_device(x: torch.Tensor) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _check_spec(levels: tuple, block: int, scale_mode: str, rht: bool, block_2d: bool) -> tuple:
-    """Validate a quantization spec, the one check every entry point makes: (uniform, step) for the
-    kernels' rounding (the grid must be one the lattice rounding covers)."""
+    """Validate a quantization spec (every entry point does): (uniform, step) of a grid the kernels round to."""
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"unknown scale_mode {scale_mode!r}; valid: {', '.join(SCALE_MODES)}")
     if block not in (16, 32):
@@ -635,16 +584,14 @@ def _tile_input(x: torch.Tensor, colwise: bool) -> torch.Tensor:
     return x.view(torch.int32 if x.dtype == torch.bfloat16 else torch.int64)
 
 
-# what quantize() derives from its arguments' static properties (cached per combination); constexprs:
-# (name, value) pairs, the kernel's compile-time arguments, passed by keyword
+# quantize()'s launch, from its arguments' static properties; constexprs: the kernel's (name, value) pairs
 _Plan = collections.namedtuple("_Plan", "colwise M K grid codes_shape scales_shape out_dtype constexprs options")
 
 
 @functools.lru_cache(maxsize=4096)
 def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d, dim, out_dtype, keep_rotated,
           want_codes, want_dequant, tile, fast_div, out_stride=0) -> _Plan:
-    """Validate quantize()'s arguments once per combination (bad ones raise, and are not cached) and
-    lay out its launch: sizes, grid, output shapes and the kernel's constexpr arguments."""
+    """Validate quantize()'s arguments once per combination (bad ones raise, uncached) and lay out its launch."""
     uniform, step = _check_spec(levels, block, scale_mode, rht, block_2d)
     colwise, kq = _check_shape(shape, dtype, block, block_2d, dim)
     if out_dtype not in _FLOATS:
@@ -663,7 +610,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
               I64=max(numel, (numel // shape[-1] if shape[-1] else 0) * out_stride) >= 2**31,  # out's offsets too
               QB=block, BLOCK_2D=block_2d, RHT=rht, KEEP_ROTATED=keep_rotated, SCALE=SCALE_MODES[scale_mode],
               G=g_max, E8_SHIFT=math.floor(math.log2(g_max)), UNIFORM=uniform, STEP=step,
-              CB=_f32_bits(step * 2.0**23), SR=sr, ROUNDS=PHILOX_ROUNDS,
+              CB=struct.unpack("<i", struct.pack("<f", step * 2.0**23))[0], SR=sr, ROUNDS=PHILOX_ROUNDS,
               FAST_DIV=fast_div and (INTERPRET_FAST_DIV or not interpret) and step >= 0.5,
               X_BF16=dtype == torch.bfloat16 and not rht, WANT_CODES=want_codes, WANT_DEQUANT=want_dequant,
               OUT_MODE=(OUT_F32 if out_dtype == torch.float32 else OUT_BF16_BITS if interpret else OUT_BF16).value,
@@ -672,12 +619,8 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                  out_dtype, tuple(ce.items()), (("num_warps", nw), ("enable_fp_fusion", False)))
 
 
-# Launch cost: kernel[grid](...) binds and specializes every argument on every call, tens of host
-# microseconds, which a small model's step (hundreds of quantize calls) pays in full. After the first
-# launch of a configuration, _launch keeps the compiled kernel and calls it directly. Its key holds all
-# that Triton compiles on: the plan (options, constexprs, sizes), each pointer's dtype and 16-byte
-# alignment, and the seed's kind (its value is not specialized: do_not_specialize).
-# NANOFP4_FAST_LAUNCH=0 launches through kernel[grid] every time (same kernels, same results).
+# _launch keeps a configuration's compiled kernel and calls it directly, skipping kernel[grid]'s argument
+# binding; its key holds all that Triton compiles on (docs/KERNELS.md §9). NANOFP4_FAST_LAUNCH=0: kernel[grid].
 FAST_LAUNCH = os.environ.get("NANOFP4_FAST_LAUNCH", "1") != "0"
 _COMPILED = {}
 
@@ -695,19 +638,15 @@ def _launch(kernel, grid: tuple, interpret: bool, options: tuple, key, args: dic
 
 
 def _amax_options(nw: int, interpret: bool) -> tuple:
-    """Launch options of the RHT tensor-amax passes: all _AMAX_PROGRAMS_PER_SM programs of an SM must be
-    resident (64K registers), so registers are capped to fit (else the last program of each SM runs as
-    a second wave: tensor_amax_both took 67 registers a thread, 0.0624 ms against 0.0515 capped at 64)."""
+    """Tensor-amax launch options: registers capped so that an SM holds all its programs (docs/KERNELS.md §7)."""
     cap = 65536 // (_AMAX_PROGRAMS_PER_SM * nw * 32) // 8 * 8
-    return (("num_warps", nw), ("enable_fp_fusion", False)) + ((("maxnreg", cap),) if cap < 255 and not interpret
-                                                                else ())
+    maxnreg = (("maxnreg", cap),) if cap < 255 and not interpret else ()
+    return (("num_warps", nw), ("enable_fp_fusion", False)) + maxnreg
 
 
 def _amax_programs(x: torch.Tensor, interpret: bool, programs: Optional[int]) -> int:
-    if programs:
-        return programs
-    return 3 if interpret else _AMAX_PROGRAMS_PER_SM * torch.cuda.get_device_properties(
-        x.device.index or 0).multi_processor_count
+    return programs or (3 if interpret else _AMAX_PROGRAMS_PER_SM
+                        * torch.cuda.get_device_properties(x.device.index or 0).multi_processor_count)
 
 
 def _amax(x, signs, M, K, colwise, interpret, tile=None, programs=None) -> torch.Tensor:
@@ -735,15 +674,15 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
              tile: Optional[tuple] = None, fast_div: bool = True, tensor_amax: Optional[torch.Tensor] = None,
              out: Optional[torch.Tensor] = None):
     """Quantize x along dim (-1: rows of any shape; 0: columns of a 2-D tensor) with one fused kernel,
-    plus a tensor-amax pass for e4m3 scales unless tensor_amax (x's, one fp32 on x's device) is given.
+    after a tensor-amax pass for e4m3 scales unless tensor_amax (x's, one fp32 on x's device) is given.
 
     levels: quant.QuantSpec.levels (the last is g_max); sr: stochastic rounding seeded by `seed` (an int,
-    or an int32 tensor of one element on x's device); rht_signs: 16 values ±1 on x's device, or None;
-    out_dtype: bf16 | fp32 (default x.dtype); tile: (BM, NG, num_warps); fast_div=False: IEEE division
-    for fp32 scales (the same bits); out: where to write the dequantized tensor (x's shape and out_dtype;
-    for a 2-D x also a slice out[:, a:b] of a wider tensor). Returns (codes uint8 [..., K/2], scales
-    [..., K/block] (block_2d: [M/16, K/16]) as quant.quantize stores them, or None without want_codes;
-    tensor_scale, 0-d fp32; dequant in x's shape, or None without want_dequant)."""
+    or one int32 on x's device); rht_signs: 16 values ±1 on x's device, or None; out_dtype: bf16 | fp32
+    (default x.dtype); tile: (BM, NG, num_warps); fast_div=False: IEEE division for fp32 scales (same
+    bits); out: the dequantized tensor's buffer (x's shape, out_dtype; for a 2-D x it may be out[:, a:b] of
+    a wider tensor). Returns codes uint8 [..., K/2] and scales [..., K/block] (block_2d: [M/16, K/16]) as
+    quant.quantize stores them (None without want_codes), tensor_scale (0-d fp32) and the dequantized
+    tensor (None without want_dequant)."""
     interpret = _check_device(x)
     if not x.is_contiguous():
         raise ValueError(f"quantize reads a contiguous row-major tensor; got shape {tuple(x.shape)} with "
@@ -814,10 +753,9 @@ def fake_quantize(x: torch.Tensor, **kwargs) -> torch.Tensor:
 
 def fake_quantize_joined(xs, *, join: int = 1, seeds=None, tensor_amaxes=None, out_dtype=None,
                          **kwargs) -> torch.Tensor:
-    """The 2-D parts xs joined along dim `join` (weights [N_i, K] along 0, output gradients [M, N_i]
-    along 1), each fake-quantized on its own as fake_quantize(xs[i], **kwargs) with seed seeds[i] and
-    tensor_amax tensor_amaxes[i] (or None) does, and written straight into its place in the joined
-    tensor: one operand for one GEMM, each part keeping its own e4m3 tensor scale and SR draws."""
+    """The 2-D parts xs joined along dim `join` (weights [N_i, K] along 0, output gradients [M, N_i] along 1),
+    each as fake_quantize(xs[i], seed=seeds[i], tensor_amax=tensor_amaxes[i], **kwargs) gives it, written in
+    place: one GEMM operand whose parts keep their own e4m3 tensor scales and SR draws."""
     if not xs or any(x.dim() != 2 for x in xs) or len({x.shape[1 - join] for x in xs}) != 1 or join not in (0, 1):
         raise ValueError(f"fake_quantize_joined joins 2-D tensors along dim 0 or 1 that agree on the other; got "
                          f"join={join} and shapes {[tuple(x.shape) for x in xs]}")
@@ -842,9 +780,8 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Te
                keep_rotated: bool = False, out_dtype: torch.dtype = torch.bfloat16,
                tile: Optional[tuple] = None, block_2d: bool = False) -> torch.Tensor:
     """quant.QTensor.dequantize bit for bit, of quantize()'s codes uint8 [..., K/2], scales [..., K/block]
-    (fp32 | float8_e4m3fn | uint8 e8m0) and 0-d fp32 tensor_scale (e4m3: block scale = tensor_scale *
-    scale): [..., K] in out_dtype with the quantized dim last (the caller moves it). With rht_signs it
-    is rotated back unless keep_rotated; tile: (BM, NG, num_warps) as quantize's (BM is 1: rows)."""
+    (fp32 | float8_e4m3fn | uint8 e8m0) and 0-d fp32 tensor_scale: [..., K] in out_dtype, the quantized dim
+    last; rotated back if rht_signs, unless keep_rotated. tile: (BM, NG, num_warps), BM being 1 (rows)."""
     interpret, dev = _check_device(codes), codes.device
     if not (codes.is_contiguous() and scales.is_contiguous()):
         raise ValueError("dequantize reads contiguous codes and scales: call .contiguous() on them first")
@@ -897,9 +834,8 @@ def _dequant_plan(shape, dtype, scales_shape, scales_dtype, interpret, levels, b
 
 def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, dim: int = -1,
                 tile: Optional[tuple] = None, programs: Optional[int] = None) -> torch.Tensor:
-    """max |x| over the finite elements of x, after the RHT along dim if rht_signs are given, as a 0-d
-    fp32 tensor: quantize()'s first pass for e4m3 scales, alone (x as quantize takes it). tile:
-    (BM, NG, num_warps); programs: the persistent grid's size."""
+    """max |x| over the finite elements of x (rotated along dim if rht_signs), 0-d fp32: quantize()'s e4m3
+    first pass, alone. tile: (BM, NG, num_warps); programs: the persistent grid's size."""
     interpret = _check_device(x)
     if not x.is_contiguous():
         raise ValueError(f"tensor_amax reads a contiguous tensor; got strides {x.stride()}: call .contiguous()")
@@ -914,11 +850,9 @@ def tensor_amax(x: torch.Tensor, *, rht_signs: Optional[torch.Tensor] = None, di
 
 def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool = True,
                      tile: Optional[tuple] = None, programs: Optional[int] = None) -> torch.Tensor:
-    """The tensor amax of a 2-D [R, C] tensor along its rows (dim -1, rotated if row_rht) and along its
-    columns (dim 0, rotated), from one read: fp32 [2], the values tensor_amax gives for each (the e4m3
-    first pass of an operand quantized both ways; quantize takes either as tensor_amax). tile: (TR rows,
-    TC columns, num_warps[, sync]), TR and TC 16 times powers of two (sync: _both_amax's SYNC);
-    programs: the persistent grid."""
+    """tensor_amax of a 2-D [R, C] x along its rows (dim -1, rotated if row_rht) and its columns (dim 0,
+    rotated), fp32 [2], from one read of x. tile: (TR, TC, num_warps[, sync]), TR and TC 16 times powers
+    of two (sync: _both_amax's SYNC); programs: the persistent grid's size."""
     interpret = _check_device(x)
     if x.dtype not in _FLOATS or x.dim() != 2 or x.shape[0] % 16 or x.shape[1] % 16 or not x.is_contiguous():
         raise ValueError(f"tensor_amax_both reads a contiguous bf16 or fp32 [R, C] tensor, R and C multiples of "
@@ -942,12 +876,8 @@ def tensor_amax_both(x: torch.Tensor, *, rht_signs: torch.Tensor, row_rht: bool 
 
 
 # ----------------------------------------------------------------------------- torch.library operators
-# The kernels as PyTorch operators nanofp4::*, so that torch.compile sees one opaque node each (no graph
-# break). Defined with torch.library.Library, not the @custom_op decorator: a compiled graph calls them
-# hundreds of times a step, and the decorator's Python dispatch costs ~10 us more per call
-# (bench/launch_bench.py). They take any strides (their bodies call .contiguous()): tagged
-# flexible_layout, Inductor hands every quantization of an operand one buffer (with exact strides, an
-# operand made by a fused kernel was written once per quantization reading it).
+# The kernels as operators nanofp4::*, each one opaque node to torch.compile; why torch.library.Library (not
+# @custom_op) and the flexible_layout tag: docs/KERNELS.md §9.
 _LIB = torch.library.Library("nanofp4", "DEF")
 _FLEX = (torch.Tag.flexible_layout,)
 _LIB.define("fake_quantize(Tensor x, float[] levels, int block, str scale_mode, bool sr, Tensor? signs, "
@@ -967,14 +897,12 @@ def _draw_seed() -> int:  # SR without a seed: one from torch's CPU generator (r
     return int(torch.randint(2**31 - 1, ()))
 
 
-# Entry points, one per operator, with its signature: traced by torch.compile (or given a tensor
-# subclass), the operator, one node in the graph; eager, its body directly, skipping the dispatcher
-# (hundreds of calls a step). They are the operators' implementations too (no longer traced there).
+# Entry points, one per operator (and its implementation): traced (or given a tensor subclass) they call the
+# operator, one node in the graph; eager, its body directly, skipping the dispatcher (hundreds of calls a step).
 def fake_quantize_op(x, levels, block, scale_mode, sr, signs, block_2d, dim, seed, keep_rotated, seed_t=None,
                      amax=None):
-    """nanofp4::fake_quantize. SR's seed: seed_t (an int32 on x's device) if given, else `seed`, else
-    (seed < 0) one drawn: traced, on the device inside the graph, so that a replayed graph (a CUDA graph
-    too) draws anew; eager, from torch's CPU generator."""
+    """nanofp4::fake_quantize. SR's seed: seed_t (an int32 on x's device), else `seed`, else (seed < 0) one
+    drawn, traced on the device inside the graph (a replayed graph draws anew), eager by torch's CPU generator."""
     compiling = torch.compiler.is_compiling()
     if compiling or type(x) not in (torch.Tensor, torch.nn.Parameter):
         if compiling and sr and seed < 0 and seed_t is None:
@@ -989,8 +917,7 @@ def fake_quantize_op(x, levels, block, scale_mode, sr, signs, block_2d, dim, see
 
 def fake_quantize_joined_op(xs, levels, block, scale_mode, sr, signs, block_2d, dim, join, keep_rotated, seed_t,
                             amaxes):
-    """nanofp4::fake_quantize_joined: fake_quantize_joined of the parts xs; SR's seeds, one a part, as
-    fake_quantize_op's."""
+    """nanofp4::fake_quantize_joined: fake_quantize_joined of the parts xs, SR's seeds as fake_quantize_op's."""
     if torch.compiler.is_compiling():
         if sr and seed_t is None:
             seed_t = torch.randint(2**31 - 1, (len(xs),), dtype=torch.int32, device=xs[0].device)
