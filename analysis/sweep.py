@@ -36,7 +36,8 @@ vocabulary the LM head is most of N for the smallest rungs (12.9M of gpu-ladder'
 Each run is `python train.py CONFIG --section.key=value ...` (or torchrun with --nproc) in its own
 directory OUT/<rung>-<recipe>-s<seed>, so analysis.compare and analysis.scaling_fit find its
 log.jsonl; OUT/sweep.json lists every run with N, D, C. A finished run (log at max_steps) is
-skipped, an interrupted one resumes from its checkpoint (train.resume=auto). `--deadline SECONDS`
+skipped, and so, with --results, is one whose compact log there is complete (it ran on another
+machine); an interrupted one resumes from its checkpoint (train.resume=auto). `--deadline SECONDS`
 (or SIGTERM / Ctrl-C to the sweep) stops it cleanly: no run starts after it, the running ones get
 SIGTERM (train.py finishes its step and checkpoints), and the sweep exits with status 3; the same
 command goes on where it stopped (a GPU lent for minutes, a job's time limit).
@@ -244,6 +245,19 @@ def finished(run: dict) -> bool:
     return json.loads(log.read_text().splitlines()[-1])["step"] >= run["steps"]
 
 
+def logged(run: dict, results) -> bool:
+    """The run finished somewhere else: its compact log in results (RESULTS/<rung>/<name>.jsonl.gz) is of
+    its seed and length and reaches its last step. A batch then goes on, on another machine, from the
+    logs alone (the run directory, with its checkpoint, stayed on the machine that ran it)."""
+    path = Path(results) / run["rung"] / f"{run['name']}.jsonl.gz" if results else None
+    if path is None or not path.is_file():
+        return False
+    header, recs = runlog.read_packed(path)
+    train_cfg = header.get("config", {}).get("train", {})
+    return (header.get("seed") == run["seed"] and train_cfg.get("max_steps") == run["steps"]
+            and max(recs) >= run["steps"])
+
+
 SNAPSHOT_POLL_S = 2.0
 STOP = threading.Event()  # set at --deadline or on SIGTERM/SIGINT: no new run; running ones get SIGTERM
 STOPPED = 3  # the sweep's exit status when it stopped early (rerun to go on)
@@ -416,6 +430,8 @@ def main(argv=None):
             print(f"[{k}/{len(runs)}] {r['name']}: already finished")
             if results is not None:
                 runlog.pack(r["dir"], results / r["rung"])
+        elif logged(r, results):
+            print(f"[{k}/{len(runs)}] {r['name']}: already finished (its compact log is in {results / r['rung']})")
         else:
             todo.append(r)
     STOP.clear()

@@ -10,7 +10,9 @@
 #       --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339          # the pilot
 # `--deadline SECONDS` (an analysis.sweep argument) stops the batch cleanly in time for a GPU loan's end:
 # running runs checkpoint, the script exits with status 3 before the comparison, and the same command
-# goes on from the checkpoints (while OUT_DIR is still there).
+# goes on from the checkpoints (while OUT_DIR is still there). A run whose complete compact log is in
+# RESULTS_DIR/logs counts as finished wherever it ran: with RESULTS_DIR in the tree (committed), a
+# batch goes on on a new machine, losing only the runs that were cut short.
 # DATA_DIR may also be the corpus packed for the trip to a GPU machine (uint16 shards, 67 MB -> 24 MB):
 #   tar -C data -cJf runs/registry-mix.tar.xz registry-mix
 # it is unpacked once into OUT_DIR/data/.

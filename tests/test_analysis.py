@@ -1,5 +1,6 @@
 """The science tools (analysis/): closed forms, hand-computed metrics, synthetic fits, and a tiny
 scaling sweep that trains real models through train.py on the CPU."""
+import gzip
 import importlib.util
 import json
 import math
@@ -435,6 +436,29 @@ def test_sweep_trains_a_compute_matched_ladder(tiny_sweep, capsys):
     assert capsys.readouterr().out.count("already finished") == 4
     with pytest.raises(SystemExit, match="unknown recipe 'fp5'"):
         sweep.main(argv[:2] + ["--recipes", "bf16,fp5", "--out", str(out), "--dry-run"])
+
+
+def test_sweep_goes_on_from_compact_logs(tiny_sweep, tmp_path, capsys):
+    """Runs whose complete compact logs are in --results count as finished where their run directories
+    are not (a batch goes on on another machine); a log of another seed or length, or cut short, does not."""
+    out, runs, argv = tiny_sweep
+    results = tmp_path / "logs"
+    for r in runs:
+        runlog.pack(r["dir"], results / r["rung"])
+    fresh = tmp_path / "fresh"
+    i = argv.index("--out")
+    capsys.readouterr()
+    sweep.main(argv[:i + 1] + [str(fresh)] + argv[i + 2:] + ["--results", str(results)])
+    assert capsys.readouterr().out.count("already finished (its compact log is in") == 4
+    assert not any((fresh / r["name"]).exists() for r in runs)  # nothing trained again
+    r = runs[0]
+    assert sweep.logged(r, results)
+    assert not sweep.logged(r | {"steps": r["steps"] + 1}, results) and not sweep.logged(r | {"seed": 2}, results)
+    assert not sweep.logged(r, None) and not sweep.logged(r, tmp_path / "elsewhere")
+    path = results / r["rung"] / f"{r['name']}.jsonl.gz"
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    path.write_bytes(gzip.compress(("\n".join(lines[:-1]) + "\n").encode()))  # the last step cut off
+    assert not sweep.logged(r, results)
 
 
 def test_sweep_report_prints_tokens_per_second(tmp_path, capsys):
