@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,12 +86,15 @@ def main():
             continue
         mode = next((line.split("| compile ")[1].split(" |")[0] for line in proc.stderr.splitlines() + proc.stdout.splitlines()
                      if "| compile " in line), "?")
-        res = dict(recipe=recipe, compile=mode, run_s=time.time() - t0, **read_log(run_dir / "log.jsonl", args.skip))
+        info = json.loads((run_dir / "config.json").read_text())  # where it ran: the card on CUDA, else the device
+        device = info["card"] if info["device"].startswith("cuda") else info["device"]
+        res = dict(recipe=recipe, compile=mode, device=device, run_s=time.time() - t0,
+                   **read_log(run_dir / "log.jsonl", args.skip))
         results.append(res)
         print(json.dumps(res), flush=True)
     base = next((r for r in results if r["recipe"] == "bf16"), None)
     print(f"\n{name}: train.py as shipped, {args.steps} steps (first {args.skip} left out), "
-          f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}, {time.strftime('%Y-%m-%d')}, "
+          f"{', '.join(sorted({r['device'] for r in results})) or '-'}, {time.strftime('%Y-%m-%d')}, "
           f"extra args {extra or 'none'}")
     print(f"{'recipe':<9} {'median tok/s':>13} {'x bf16':>7} {'wall tok/s':>11} {'x bf16':>7} {'val loss':>9}  compile")
     for r in results:
@@ -104,7 +106,7 @@ def main():
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
         Path(args.json).write_text(json.dumps(dict(
             config=args.config, steps=args.steps, skip=args.skip, extra=extra, date=time.strftime("%Y-%m-%d"),
-            device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            device=", ".join(sorted({r["device"] for r in results})) or None,
             commit=commit.stdout.strip() or None, results=results), indent=1))
 
 

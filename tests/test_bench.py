@@ -27,7 +27,7 @@ def test_trainer_bench_reads_its_runs_logs(tmp_path):
         warm = [json.loads(line) for line in (out / "warm" / f"tiny-{r}" / "log.jsonl").read_text().splitlines()]
         assert [w["step"] for w in warm] == [1, 2, 3, 4] and "val_loss" in warm[1]
     res = json.loads((tmp_path / "r.json").read_text())
-    assert res["device"] == "cpu" and [r["recipe"] for r in res["results"]] == ["bf16", "ufp4"]
+    assert res["device"] == "cpu" and [r["recipe"] for r in res["results"]] == ["bf16", "ufp4"]  # where they ran
     for r in res["results"]:
         log = [json.loads(line) for line in (out / f"tiny-{r['recipe']}" / "log.jsonl").read_text().splitlines()]
         kept = [x for x in log if x["step"] > 2]

@@ -410,7 +410,8 @@ def test_e4m3_tensor_scale_of_a_tiny_tensor(magnitude):
     y = ref.dequantize(torch.float32).double()
     err = (y - x.double()).norm() / x.double().norm()
     assert err < 0.15 and float(ref.tensor_scale) >= quant.E4M3_T_MIN, err
-    codes, scales, t, dq = kernels.quantize(x, levels=spec.levels, block=16, scale_mode='e4m3', sr=False,
+    dev = 'cuda' if torch.cuda.is_available() else 'cpu'  # (the interpreter on a CPU)
+    codes, scales, t, dq = kernels.quantize(x.to(dev), levels=spec.levels, block=16, scale_mode='e4m3', sr=False,
                                             rht_signs=None, block_2d=False, dim=-1, out_dtype=torch.float32)
     assert torch.equal(t.cpu(), ref.tensor_scale) and torch.equal(codes.cpu(), ref.codes)
     assert torch.equal(dq.cpu(), ref.dequantize(torch.float32))

@@ -1291,11 +1291,12 @@ def test_evaluation_leaves_the_training_graph_alone(monkeypatch, name, fused, ba
     monkeypatch.setitem(quant.BACKEND, "name", backend)  # triton: the kernels' operators (interpreter)
     monkeypatch.setitem(moe.GEMM, "name", "grouped")
     cfg = model_lib.get_config(preset, n_layer=2 if preset == "moe-tiny" else 1, vocab_size=64, seq_len=16)
+    dev = "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"  # the kernels: interpreted on a CPU
     torch.manual_seed(0)
     r = quant.recipe_from_overrides(name, fused=str(fused).lower())
-    m = moe.convert_experts(quant.convert(model_lib.Transformer(cfg), r), r)
+    m = moe.convert_experts(quant.convert(model_lib.Transformer(cfg), r), r).to(dev)
     assert (m.layers[0].attn.wq.join is not None) == fused  # joined linears
-    x = torch.randint(0, 64, (2, 16))
+    x = torch.randint(0, 64, (2, 16)).to(dev)
     auto = (lambda: torch.autocast("cpu", torch.bfloat16)) if preset == "moe-tiny" else contextlib.nullcontext
     torch._dynamo.reset()
     counters.clear()
