@@ -257,13 +257,19 @@ def load_config(path: str, overrides: list[str]) -> Config:
     return cfg
 
 
+def git_commit(repo: Path) -> str:
+    """The commit checked out in repo, with '-dirty' if tracked files differ from it ('unknown' without git)."""
+    try:
+        git = functools.partial(subprocess.run, cwd=repo, capture_output=True, text=True, check=True)
+        commit = git(['git', 'rev-parse', 'HEAD']).stdout.strip()
+        return commit + ('-dirty' if git(['git', 'status', '--porcelain', '--untracked-files=no']).stdout.strip() else '')
+    except (FileNotFoundError, subprocess.CalledProcessError):  # no git, or not in a repository
+        return 'unknown'
+
+
 def run_info() -> dict:
     """The git commit of this file's repository, the versions of the packages doing the work, the card."""
-    try:
-        commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent,
-                                capture_output=True, text=True, check=True).stdout.strip()
-    except (FileNotFoundError, subprocess.CalledProcessError):  # no git, or not in a repository
-        commit = 'unknown'
+    commit = git_commit(Path(__file__).resolve().parent)
     versions = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
     try:
         versions['triton'] = metadata.version('triton')

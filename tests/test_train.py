@@ -1,7 +1,10 @@
 """train.py end to end on the CPU: short runs of configs/tiny.toml on a synthetic dataset written
 in the data/prepare.py format (meta.json + uint16 shards), run in-process through train.main."""
 import dataclasses
+import functools
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -86,6 +89,23 @@ def test_loss_falls(runs, recipe):
     first, last = np.mean(losses[:5]), np.mean(losses[-5:])
     assert first > np.log(VOCAB) - 0.5  # starts near chance
     assert last < first - 1.0, (first, last)
+
+
+def test_git_commit_says_when_the_tree_differs(tmp_path):
+    """A run records the commit and whether tracked files differ from it (its results are then of other code)."""
+    if shutil.which('git') is None:
+        pytest.skip('needs git')
+    git = functools.partial(subprocess.run, cwd=tmp_path, check=True, capture_output=True)
+    git(['git', 'init', '-q'])
+    (tmp_path / 'a.py').write_text('x = 1\n')
+    git(['git', 'add', 'a.py'])
+    git(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'a'])
+    sha = git(['git', 'rev-parse', 'HEAD'], text=True).stdout.strip()
+    (tmp_path / 'b.py').write_text('untracked\n')  # untracked files do not count
+    assert train.git_commit(tmp_path) == sha and len(sha) == 40
+    (tmp_path / 'a.py').write_text('x = 2\n')
+    assert train.git_commit(tmp_path) == sha + '-dirty'
+    assert train.git_commit(tmp_path / 'nowhere') == 'unknown'
 
 
 def test_run_files(runs):
