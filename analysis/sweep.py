@@ -48,6 +48,7 @@ one yet and train.py cannot set ModelConfig.moe from the command line, so the la
 (For MoE, C should count active parameters; num_params counts all experts.)
 """
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -247,15 +248,18 @@ def finished(run: dict) -> bool:
 
 def logged(run: dict, results) -> bool:
     """The run finished somewhere else: its compact log in results (RESULTS/<rung>/<name>.jsonl.gz) is of
-    its seed and length and reaches its last step. A batch then goes on, on another machine, from the
-    logs alone (the run directory, with its checkpoint, stayed on the machine that ran it)."""
+    this run (its seed, recipe and what pairs it: model, data, batch, steps, schedule) and reaches its
+    last step. A batch then goes on, on another machine, from the logs alone (the run directory, with
+    its checkpoint, stayed on the machine that ran it)."""
     path = Path(results) / run["rung"] / f"{run['name']}.jsonl.gz" if results else None
     if path is None or not path.is_file():
         return False
     header, recs = runlog.read_packed(path)
-    train_cfg = header.get("config", {}).get("train", {})
-    return (header.get("seed") == run["seed"] and train_cfg.get("max_steps") == run["steps"]
-            and max(recs) >= run["steps"])
+    cfg = json.loads(json.dumps(dataclasses.asdict(train.load_config(run["config"], run["args"])), default=str))
+    world = header.get("world_size", 1)  # (as config.json holds it: through JSON, tuples become lists)
+    logged_cfg = header.get("config", {})
+    return (header.get("seed") == run["seed"] and logged_cfg.get("quant") == cfg["quant"]
+            and runlog.pair_key(logged_cfg, world) == runlog.pair_key(cfg, world) and max(recs) >= run["steps"])
 
 
 SNAPSHOT_POLL_S = 2.0

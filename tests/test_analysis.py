@@ -453,7 +453,9 @@ def test_sweep_goes_on_from_compact_logs(tiny_sweep, tmp_path, capsys):
     assert not any((fresh / r["name"]).exists() for r in runs)  # nothing trained again
     r = runs[0]
     assert sweep.logged(r, results)
-    assert not sweep.logged(r | {"steps": r["steps"] + 1}, results) and not sweep.logged(r | {"seed": 2}, results)
+    assert not sweep.logged(r | {"args": r["args"] + ["--train.max_steps=99"]}, results)  # another length
+    assert not sweep.logged(r | {"seed": 2}, results)
+    assert not sweep.logged(runs[1] | {"args": runs[1]["args"] + ["--quant.sr=none"]}, results)  # another recipe
     assert not sweep.logged(r, None) and not sweep.logged(r, tmp_path / "elsewhere")
     path = results / r["rung"] / f"{r['name']}.jsonl.gz"
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
