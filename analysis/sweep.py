@@ -255,9 +255,9 @@ def logged(run: dict, results) -> bool:
     if path is None or not path.is_file():
         return False
     header, recs = runlog.read_packed(path)
+    # the run's config as config.json holds it (through JSON: tuples become lists, paths strings)
     cfg = json.loads(json.dumps(dataclasses.asdict(train.load_config(run["config"], run["args"])), default=str))
-    world = header.get("world_size", 1)  # (as config.json holds it: through JSON, tuples become lists)
-    logged_cfg = header.get("config", {})
+    logged_cfg, world = header.get("config", {}), header.get("world_size", 1)
     return (header.get("seed") == run["seed"] and logged_cfg.get("quant") == cfg["quant"]
             and runlog.pair_key(logged_cfg, world) == runlog.pair_key(cfg, world) and max(recs) >= run["steps"])
 
