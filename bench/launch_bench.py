@@ -34,6 +34,25 @@ def per_call_us(fn, calls: int) -> float:
     return statistics.median(times)
 
 
+def launch_rows(x, levels, signs) -> list:
+    """The launch alone of the kernel kernels.fake_quantize ran above (its kept compiled kernel, the same
+    arguments): through Triton's per-call wrapper (compiled[grid](*args), what kernels._launch does), and
+    through the launcher that wrapper calls (what a leaner _launch could do)."""
+    seen = []
+    launch = kernels._launch
+    kernels._launch = lambda kernel, grid, interpret, options, key, a: seen.append((kernel, grid, key, a))
+    try:
+        kernels.fake_quantize(x, levels=tuple(levels), block=16, scale_mode="fp32", rht_signs=signs, keep_rotated=True)
+    finally:
+        kernels._launch = launch
+    kernel, grid, key, a = seen[0]
+    c, grid3, pos = kernels._COMPILED[key], grid + (1,) * (3 - len(grid)), [a[n] for n in kernel.arg_names]
+    stream = torch.cuda.current_stream().cuda_stream
+    return [("  its launch, Triton's wrapper: compiled[grid](*args)", lambda: c[grid3](*pos)),
+            ("  its launch, the launcher: compiled.run(...)", lambda: c.run(
+                *grid3, stream, c.function, c.packed_metadata, None, None, None, *pos))]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=256)
@@ -58,6 +77,7 @@ def main():
         ("quant.fake_quantize, SR", lambda: quant.fake_quantize(x, sr, signs=signs, keep_rotated=True)),
         ("quant.fake_quantize, columns", lambda: quant.fake_quantize(x, spec, 0, signs=signs, keep_rotated=True)),
     ]
+    rows += launch_rows(x, levels, signs)
     print(f"host microseconds per call, [{args.rows}, 512] bf16, {torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
     for name, fn in rows:
