@@ -39,8 +39,9 @@ def launch_rows(x, levels, signs) -> list:
     arguments): through Triton's per-call wrapper (compiled[grid](*args), what kernels._launch does), and
     through the launcher that wrapper calls (what a leaner _launch could do)."""
     seen = []
-    launch = kernels._launch
-    kernels._launch = lambda kernel, grid, interpret, options, key, a: seen.append((kernel, grid, key, a))
+    launch = kernels._launch  # seen: the launch's arguments; launched as usual, so the compiled kernel is kept
+    kernels._launch = lambda kernel, grid, interpret, options, key, a: (
+        seen.append((kernel, grid, key, a)), launch(kernel, grid, interpret, options, key, a))
     try:
         kernels.fake_quantize(x, levels=tuple(levels), block=16, scale_mode="fp32", rht_signs=signs, keep_rotated=True)
     finally:
