@@ -576,7 +576,8 @@ def test_paired_study_end_to_end(tmp_path, monkeypatch):
 
 def test_sweep_stops_cleanly_and_goes_on(tmp_path, capsys):
     """A stop (--deadline, or SIGTERM to the sweep) mid-run: the run checkpoints, the sweep exits with
-    status 3 and starts nothing more; the sweep run again finishes it from its checkpoint."""
+    status 3 and starts nothing more; the sweep run again finishes it from its checkpoint, with the
+    losses of an uninterrupted run (bit for bit on the CPU)."""
     if not (ROOT / "train.py").is_file():
         pytest.skip("train.py is missing: the sweep trains through it")
     data = write_dataset(tmp_path / "synthetic")
@@ -605,8 +606,11 @@ def test_sweep_stops_cleanly_and_goes_on(tmp_path, capsys):
     assert not (stopped / "t32-bf16-s2").exists()                             # nothing started after the stop
     runs = sweep.main(argv(stopped, "1"))  # (seed 1 alone: the same run, resumed)
     assert sweep.finished(runs[0]) and runs[0]["steps"] > first[-1]["step"]
-    steps = [json.loads(s)["step"] for s in log.read_text().splitlines()]
-    assert steps == list(range(1, runs[0]["steps"] + 1))  # went on from the checkpoint (train.py's tests: bit for bit)
+    resumed = {r["step"]: r["loss"] for r in map(json.loads, log.read_text().splitlines())}
+    assert list(resumed) == list(range(1, runs[0]["steps"] + 1))  # went on from the checkpoint
     assert "resum" in (log.parent / "train.out").read_text().lower()
+    whole = sweep.main(argv(tmp_path / "whole", "1"))
+    straight = {r["step"]: r["loss"] for r in map(json.loads, (Path(whole[0]["dir"]) / "log.jsonl").read_text().splitlines())}
+    assert resumed == straight
     with pytest.raises(SystemExit, match="--deadline must be a positive"):
         sweep.main(argv(stopped, "1") + ["--deadline", "0", "--dry-run"])
