@@ -17,6 +17,7 @@ with one entry point each (*_op: the operator when traced by torch.compile, its 
 import collections
 import functools
 import math
+import operator
 import os
 import struct
 from typing import Optional
@@ -24,6 +25,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
 
 E2M1_LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 SCALE_MODES = {"fp32": 0, "e4m3": 1, "e8m0": 2}  # the kernels' SCALE: FP32, E4M3, E8M0
@@ -619,10 +621,22 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
                  out_dtype, tuple(ce.items()), (("num_warps", nw), ("enable_fp_fusion", False)))
 
 
-# _launch keeps a configuration's compiled kernel and calls it directly, skipping kernel[grid]'s argument
-# binding; its key holds all that Triton compiles on (docs/KERNELS.md §9). NANOFP4_FAST_LAUNCH=0: kernel[grid].
+# _launch keeps a configuration's compiled kernel and launches it through Triton's launcher directly, skipping
+# kernel[grid]'s argument binding and the compiled kernel's per-call wrapper; its key holds all that Triton
+# compiles on (docs/KERNELS.md §9). NANOFP4_FAST_LAUNCH=0: kernel[grid] every call.
 FAST_LAUNCH = os.environ.get("NANOFP4_FAST_LAUNCH", "1") != "0"
-_COMPILED = {}
+_COMPILED = {}  # key -> (compiled kernel, launcher or None, the launcher's arguments after the stream)
+_ARGS = {}  # kernel -> its arguments in order, from launch()'s dict
+
+
+def _keep(compiled) -> tuple:
+    """A compiled kernel with what compiled[grid](*args) passes to its launcher (Triton 3.6's CudaLauncher),
+    or no launcher where that wrapper does more (scratch memory, another launcher): it launches as usual."""
+    run = compiled.run
+    if type(run).__name__ != "CudaLauncher" or run.global_scratch_size or run.profile_scratch_size:
+        return compiled, None, ()
+    return compiled, run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                                  compiled.packed_metadata, None, None, None)
 
 
 def _launch(kernel, grid: tuple, interpret: bool, options: tuple, key, args: dict):
@@ -630,11 +644,17 @@ def _launch(kernel, grid: tuple, interpret: bool, options: tuple, key, args: dic
     if interpret or not FAST_LAUNCH:
         kernel[grid](**args, **dict(options))
         return
-    compiled = _COMPILED.get(key)
-    if compiled is None:
-        _COMPILED[key] = kernel[grid](**args, **dict(options))
-    else:  # a compiled kernel takes every argument in order, and a 3-D grid
-        compiled[grid + (1,) * (3 - len(grid))](*(args[n] for n in kernel.arg_names))
+    kept = _COMPILED.get(key)
+    if kept is None:
+        _COMPILED[key] = _keep(kernel[grid](**args, **dict(options)))
+        return
+    compiled, launcher, head = kept
+    order = _ARGS.get(kernel) or _ARGS.setdefault(kernel, operator.itemgetter(*kernel.arg_names))
+    grid = grid + (1,) * (3 - len(grid))  # a compiled kernel takes every argument in order, and a 3-D grid
+    if launcher is None or knobs.runtime.launch_enter_hook.calls:  # (a hook: Triton's profiler is on)
+        compiled[grid](*order(args))
+    else:
+        launcher(*grid, torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()), *head, *order(args))
 
 
 def _amax_options(nw: int, interpret: bool) -> tuple:

@@ -36,8 +36,8 @@ def per_call_us(fn, calls: int) -> float:
 
 def launch_rows(x, levels, signs) -> list:
     """The launch alone of the kernel kernels.fake_quantize ran above (its kept compiled kernel, the same
-    arguments): through Triton's per-call wrapper (compiled[grid](*args), what kernels._launch does), and
-    through the launcher that wrapper calls (what a leaner _launch could do)."""
+    arguments): through Triton's per-call wrapper (compiled[grid](*args)) and through its launcher, as
+    kernels._launch calls it."""
     seen = []
     launch = kernels._launch  # seen: the launch's arguments; launched as usual, so the compiled kernel is kept
     kernels._launch = lambda kernel, grid, interpret, options, key, a: (
@@ -50,11 +50,13 @@ def launch_rows(x, levels, signs) -> list:
     if key not in kernels._COMPILED:
         print("(NANOFP4_FAST_LAUNCH=0 keeps no compiled kernel: the launch rows are left out)")
         return []
-    c, grid3, pos = kernels._COMPILED[key], grid + (1,) * (3 - len(grid)), [a[n] for n in kernel.arg_names]
-    stream = torch.cuda.current_stream().cuda_stream
-    return [("  its launch, Triton's wrapper: compiled[grid](*args)", lambda: c[grid3](*pos)),
-            ("  its launch, the launcher: compiled.run(...)", lambda: c.run(
-                *grid3, stream, c.function, c.packed_metadata, None, None, None, *pos))]
+    (c, launcher, head), grid3 = kernels._COMPILED[key], grid + (1,) * (3 - len(grid))
+    pos = [a[n] for n in kernel.arg_names]
+    rows = [("  its launch, Triton's wrapper: compiled[grid](*args)", lambda: c[grid3](*pos))]
+    if launcher is not None:
+        rows.append(("  its launch, the launcher (kernels._launch)", lambda: launcher(
+            *grid3, torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()), *head, *pos)))
+    return rows
 
 
 def main():

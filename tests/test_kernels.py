@@ -635,7 +635,27 @@ def test_fast_launch_gives_the_same_bits(spec):
             kernels.FAST_LAUNCH = True
             for f, s, what in zip(fast, slow, ("codes", "scales", "tensor scale", "dequant")):
                 assert_same_bits(f, s, f"{what} dim={dim} {tuple(x.shape)} seed={seed}")
-    assert len(kernels._COMPILED) > 0
+    assert kernels._COMPILED and all(launcher is not None for _, launcher, _ in kernels._COMPILED.values()), \
+        "a kept kernel launches through Triton's wrapper, not its launcher"
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="the kept-kernel launch path exists on GPUs only")
+def test_fast_launch_calls_tritons_launch_hooks():
+    """With a launch hook set (Triton's profiler sets one), a kept kernel launches through Triton's own
+    wrapper, which calls the hook: the direct launch does not hide kernels from the profiler."""
+    from triton import knobs
+    x = make_x((32, 64), torch.bfloat16, seed=13).to(DEV)
+    args = kernel_args(quant.QuantSpec("e1m2", 16, "fp32", "rtne", rht=True), -1)
+    kernels.quantize(x, **args)
+    kernels.quantize(x, **args)  # kept
+    seen = []
+    hook = lambda metadata: seen.append(metadata)  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        kernels.quantize(x, **args)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(seen) == 1
 
 
 @pytest.mark.skipif(DEV != "cuda", reason="the kept-kernel launch path exists on GPUs only")
