@@ -16,6 +16,7 @@ with one entry point each (*_op: the operator when traced by torch.compile, its 
 
 import collections
 import functools
+import itertools
 import math
 import operator
 import os
@@ -586,8 +587,10 @@ def _tile_input(x: torch.Tensor, colwise: bool) -> torch.Tensor:
     return x.view(torch.int32 if x.dtype == torch.bfloat16 else torch.int64)
 
 
-# quantize()'s launch, from its arguments' static properties; constexprs: the kernel's (name, value) pairs
-_Plan = collections.namedtuple("_Plan", "colwise M K grid codes_shape scales_shape out_dtype constexprs options")
+# quantize()'s launch, from its arguments' static properties; constexprs: the kernel's, by name (not to be
+# changed); uid: the plan's own number, which keys its kept kernels (cheaper to hash than the plan)
+_Plan = collections.namedtuple("_Plan", "colwise M K grid codes_shape scales_shape out_dtype constexprs options uid")
+_PLAN_IDS = itertools.count()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -618,7 +621,7 @@ def _plan(shape, dtype, interpret, levels, block, scale_mode, sr, rht, block_2d,
               OUT_MODE=(OUT_F32 if out_dtype == torch.float32 else OUT_BF16_BITS if interpret else OUT_BF16).value,
               OUT_ROW=shape[-1], OUT_STRIDE=out_stride)
     return _Plan(colwise, M, K, grid, lead + (kq // 2,), (M // 16, K // 16) if block_2d else lead + (kq // block,),
-                 out_dtype, tuple(ce.items()), (("num_warps", nw), ("enable_fp_fusion", False)))
+                 out_dtype, ce, (("num_warps", nw), ("enable_fp_fusion", False)), next(_PLAN_IDS))
 
 
 # _launch keeps a configuration's compiled kernel and launches it through Triton's launcher directly, skipping
@@ -739,16 +742,15 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     else:
         amax = tscale
     xk = _tile_input(x, p.colwise)
-    constexprs = dict(p.constexprs)
-    args = dict(x_ptr=xk, out_ptr=(out.view(torch.int16) if constexprs["OUT_MODE"] == OUT_BF16_BITS.value else out)
+    args = dict(x_ptr=xk, out_ptr=(out.view(torch.int16) if p.constexprs["OUT_MODE"] == OUT_BF16_BITS.value else out)
                 if want_dequant else tscale, codes_ptr=codes.view(torch.int64) if want_codes else tscale,
                 scales_ptr=scales if want_codes else tscale, signs_ptr=signs, amax_ptr=amax, tscale_ptr=tscale,
                 seed_ptr=tscale if seed_t is None else seed_t, M=p.M, K=p.K, seed=0 if seed_t is not None else seed,
-                SEED_PTR=seed_t is not None, **constexprs)
+                SEED_PTR=seed_t is not None, **p.constexprs)
     aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16,
                out.data_ptr() % 16 if want_dequant else 0)
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
-    _launch(_quantize_kernel, p.grid, interpret, p.options, (p, aligned, seed_t is not None, wide), args)
+    _launch(_quantize_kernel, p.grid, interpret, p.options, (p.uid, aligned, seed_t is not None, wide), args)
     return codes, scales.view(_SCALE_DTYPES[scale_mode]) if want_codes else None, tscale, out
 
 
