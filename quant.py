@@ -45,6 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import kernels
 import rht as rht_lib
 
 log = logging.getLogger("nanofp4.quant")
@@ -573,7 +574,6 @@ def _operand(t, spec, dim, signs, keep_rotated, amax=None):
     amax = amax or [None] * len(t)
     if spec is None or len(t) == 1 or not _use_kernels(t[0]):
         return _joined([_operand(p, spec, dim, signs, keep_rotated, a) for p, a in zip(t, amax)], t.join)
-    import kernels
     signs = (rht_lib.random_signs(0) if signs is None else signs).to(t[0].device, torch.float32) if spec.rht else None
     sr, dim = spec.rounding == "sr", dim % 2
     amaxes = list(amax) if all(a is not None for a in amax) else []
@@ -745,7 +745,6 @@ def _kernel_fake_quantize(x, spec, dim, seed, signs, keep_rotated, amax=None):
     operator nanofp4::fake_quantize, one opaque node; eager, a plain tensor goes straight to the op's
     body, skipping the dispatch (hundreds of calls a step). Traced, SR's seed is drawn on the device
     inside the graph (a tensor the kernel reads), so a replayed graph, a CUDA graph too, draws anew."""
-    import kernels  # imports Triton; only needed when the kernels run
     compiling = torch.compiler.is_compiling()
     if not compiling and "triton" not in BACKEND["logged"]:  # (the set unread when traced: no guard on it)
         log.info("quantizing with the Triton kernels (kernels.py)")
@@ -769,7 +768,6 @@ def _quantize_any(x, spec, dim, signs, amax=None) -> QTensor:
     amax as fake_quantize takes it); traced by torch.compile, the operator nanofp4::quantize_codes."""
     if not _use_kernels(x):
         return quantize(x, spec, dim, signs=signs)
-    import kernels
     s = signs if spec.rht else None
     codes, scales, t = kernels.quantize_codes_op(x, spec.levels, spec.block, spec.scale, s, dim, amax)
     return QTensor(codes, scales, t, spec, dim % x.dim(), x.dtype, s)
@@ -780,7 +778,6 @@ def dequantize_any(qt: QTensor, keep_rotated: bool) -> torch.Tensor:
     operator nanofp4::dequantize), with the same bits."""
     if not _use_kernels(qt.codes):
         return qt.dequantize(keep_rotated=keep_rotated)
-    import kernels
     spec = qt.spec
     y = kernels.dequantize_op(qt.codes, qt.scales, qt.tensor_scale, spec.levels, spec.block, spec.scale, qt.signs,
                               keep_rotated, qt.dtype)
@@ -794,7 +791,6 @@ def _amax_both(t, spec_rows, spec_cols, signs) -> tuple:
             and spec_cols.rht and not spec_rows.block_2d and t.dim() == 2 and t.shape[0] % 16 == 0
             and t.shape[1] % 16 == 0 and _use_kernels(t)):
         return None, None
-    import kernels
     signs = (rht_lib.random_signs(0) if signs is None else signs).to(t.device, torch.float32)
     a = kernels.tensor_amax_both_op(t, signs, spec_rows.rht)
     return a[0], a[1]
