@@ -11,11 +11,14 @@
 #           with OLD, OLD's tree right after
 #   profile small (16 x 1024), bf16 and ufp4, whole model compiled with and without CUDA graphs: the
 #           GPU kernels of 3 steps (where FP4's extra GPU time goes) and the host's Python profile
+#   host    the host's cost of a quantize call (bench/launch_bench.py), then small bf16 and ufp4 without
+#           CUDA graphs, twice each, alternating; with OLD, OLD's tree alternates with this one (a host-bound
+#           step varies by tens of percent from run to run on a shared host: compare alternating runs)
 #   [OLD=../old-checkout] [TAR=out.tgz] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART...   (TAR: all in one file)
 #   bench/one_gpu_check.sh data/shakespeare runs/gpu_check bits small
 set -uo pipefail  # a failing part is reported and the others still run
 cd "$(dirname "$0")/.."
-if [ $# -lt 3 ]; then echo "usage: [OLD=DIR] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART... (bits small moe kernels dense profile)" >&2; exit 2; fi
+if [ $# -lt 3 ]; then echo "usage: [OLD=DIR] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART... (bits small moe kernels dense profile host)" >&2; exit 2; fi
 data=$(realpath "$1"); out=$(realpath -m "$2"); shift 2; py=${PYTHON:-python}; old=${OLD:+$(realpath "$OLD")}
 mkdir -p "$out"
 export TORCHINDUCTOR_CACHE_DIR=$out/cache/inductor TRITON_CACHE_DIR=$out/cache/triton
@@ -54,7 +57,16 @@ for part in "$@"; do
     profile) "$py" bench/train_bench.py --preset small --batch 16 --seq 1024 --compile full --recipes bf16,ufp4 \
                  --compile-mode default,reduce-overhead --profile 40 --host-profile 40 --out "$out/profile.json" \
                  > "$out/profile.txt" 2>&1; grep -E "^(bf16|ufp4) |GPU busy" "$out/profile.txt" ;;
-    *) echo "unknown part $part: bits small moe kernels dense profile" >&2 ;;
+    host) "$py" bench/launch_bench.py > "$out/launch.txt" 2>&1; cat "$out/launch.txt"
+          [ -n "$old" ] && (cd "$old" && "$py" bench/launch_bench.py) > "$out/launch_old.txt" 2>&1
+          for i in 1 2; do
+              for tree in ${old:+"$old"} .; do
+                  (cd "$tree" && "$py" bench/train_bench.py --preset small --batch 16 --seq 1024 --compile full \
+                      --recipes bf16,ufp4 --compile-mode default --steps 40) > "$out/host_$i$([ "$tree" = . ] || echo _old).txt" 2>&1
+                  echo "${tree}, run $i:"; grep -E "^(bf16|ufp4) " "$out/host_$i$([ "$tree" = . ] || echo _old).txt"
+              done
+          done ;;
+    *) echo "unknown part $part: bits small moe kernels dense profile host" >&2 ;;
     esac
 done
 echo "=== done ($(date -u +%H:%M:%S)): $out"
