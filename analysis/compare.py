@@ -1,7 +1,7 @@
 """Compare training runs with BF16 runs of the same seed: signed loss differences, with 95 % intervals over seeds.
 
     python -m analysis.compare runs/science/recipes-small/*/            # run directories
-    python -m analysis.compare bench/results/study/logs --pair ufp4,e2m1 --pair nvfp4,e2m1   # compact logs
+    python -m analysis.compare studies/logs --pair ufp4,e2m1 --pair nvfp4,e2m1   # compact logs
     python -m analysis.compare runs/pilot/logs/dense-small --power 0.1     # seeds needed for ±0.1 points
 
 Every run is read against the baseline run (recipe bf16, or --baseline-recipe) of the same seed,

@@ -8,7 +8,7 @@ line, then one line per step with the fields the analysis needs,
     {"step": 1, "loss": ..., "grad_norm": ..., "tok_s": ...}
     {"step": 40, "loss": ..., ..., "val_loss": ...}                    # evaluation steps
 
-    python -m analysis.runlog runs/science/recipes-small/*/ --out bench/results/study-x/logs
+    python -m analysis.runlog runs/science/recipes-small/*/ --out studies/logs
 
 `load` reads either form into one dict (steps, losses, the pairing key below); `pack` writes the
 compact form of a run directory.

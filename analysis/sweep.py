@@ -25,7 +25,7 @@ finished (one is written at the end, or at a stop, to go on from) but the first 
 write each finished run's compact log (analysis.runlog). --runs and --seeds pick a batch of them:
 
     python -m analysis.sweep --study dense-small --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339 --out runs/study \
-        --results bench/results/study/logs --gpus 0 --jobs 4 --set data.dir=data/registry-mix
+        --results studies/logs --gpus 0 --jobs 4 --set data.dir=data/registry-mix
 
 Budget. A rung of N parameters (model.num_params(): every matmul weight, LM head included, input
 embedding excluded) trains on D = tokens_per_param × N tokens (Chinchilla's compute-optimal ratio

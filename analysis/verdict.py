@@ -1,9 +1,9 @@
 """The verdict table: each claim of the UFP4 paper, the paper's figure, ours with its 95 % interval, and
 whether it reproduces, decided by the interval.
 
-    python -m analysis.verdict bench/results/study/logs \\
+    python -m analysis.verdict studies/logs \\
         --tensors bench/results/analysis/tensors_d256_registry-mix/tensors.json.gz \\
-        --gradients bench/results/study/gradients/gradients.json
+        --gradients studies/gradients-<step>/gradients.json
 
 Sources: compact run logs (analysis.runlog; every *.jsonl.gz under the directory), the operand study
 of analysis.analyze tensors (the SQNR sign flip) and analysis.gradients (gradient shrinkage). The

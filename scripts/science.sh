@@ -6,7 +6,7 @@
 # verdict table over every log in RESULTS/logs. Run directories (checkpoints) stay in OUT; a rerun
 # skips finished runs, so a study can be completed batch after batch.
 #   scripts/science.sh STUDY DATA_DIR OUT_DIR RESULTS_DIR [GPUS] [JOBS_PER_GPU] [analysis.sweep args ...]
-#   scripts/science.sh dense-small data/registry-mix runs/study bench/results/study 0 4 \
+#   scripts/science.sh dense-small data/registry-mix runs/study studies 0 4 \
 #       --runs bf16,e2m1,ufp4 --seeds 1337,1338,1339          # the pilot
 # `--deadline SECONDS` (an analysis.sweep argument) stops the batch cleanly in time for a GPU loan's end:
 # running runs checkpoint, the script exits with status 3 before the comparison, and the same command
