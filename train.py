@@ -47,6 +47,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from contextlib import nullcontext
@@ -267,16 +268,40 @@ def git_commit(repo: Path) -> str:
         return 'unknown'
 
 
+CODE_FILES = ('*.py', '*.toml')  # what a run's numerics come from: the code and the configs
+
+
+def code_tree(repo: Path, commit: str | None = None) -> str:
+    """The git tree id of repo's *.py and *.toml files as they are on disk, or at `commit`: equal ids, the
+    same code. A run records it beside its commit, which a copy of the tree with a stale .git gets wrong;
+    the commit a run's code came from: the one whose `code_tree(repo, commit)` equals it."""
+    with tempfile.TemporaryDirectory() as tmp:  # a scratch index: the repository's own is not touched
+        env = dict(os.environ, GIT_INDEX_FILE=str(Path(tmp) / 'index'))
+        git = functools.partial(subprocess.run, cwd=repo, env=env, capture_output=True, text=True, check=True)
+        try:
+            if commit is None:
+                git(['git', 'add', '-A', '--', *CODE_FILES])
+            else:
+                git(['git', 'read-tree', commit])
+                git(['git', 'rm', '-r', '-q', '--cached', '--ignore-unmatch', '--', '.', *(f':!{p}' for p in CODE_FILES)])
+            return git(['git', 'write-tree']).stdout.strip()
+        except (FileNotFoundError, subprocess.CalledProcessError):
+            return 'unknown'
+
+
 def run_info() -> dict:
-    """The git commit of this file's repository, the versions of the packages doing the work, the card."""
-    commit = git_commit(Path(__file__).resolve().parent)
+    """The git commit of this file's repository (and its code's tree id), the versions of the packages doing
+    the work, the card."""
+    repo = Path(__file__).resolve().parent
+    commit = git_commit(repo)
     versions = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
     try:
         versions['triton'] = metadata.version('triton')
     except metadata.PackageNotFoundError:
         versions['triton'] = 'not installed'
     card = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or 'cpu'
-    return {'git_commit': commit, 'versions': versions, 'card': card}  # card: the current device's name
+    return {'git_commit': commit, 'code_tree': code_tree(repo), 'versions': versions,
+            'card': card}  # card: the current device's name
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -26,7 +26,7 @@ import numpy as np
 
 STEP_FIELDS = ("step", "loss", "grad_norm", "tok_s", "val_loss")  # lr: the config's schedule gives it
 HEADER_FIELDS = ("config", "model_config", "recipe", "world_size", "parallel", "device", "autocast_dtype",
-                 "git_commit", "versions", "card")
+                 "git_commit", "code_tree", "versions", "card")
 
 
 def _records(lines, where: str) -> dict:

@@ -108,6 +108,33 @@ def test_git_commit_says_when_the_tree_differs(tmp_path):
     assert train.git_commit(tmp_path / 'nowhere') == 'unknown'
 
 
+def test_code_tree_names_the_code_that_ran(tmp_path):
+    """A copy of the tree whose .git is older than its files records the old commit (dirty); its code's tree
+    id equals that of the commit the files came from, and a change outside the code leaves it alone."""
+    if shutil.which('git') is None:
+        pytest.skip('needs git')
+    git = functools.partial(subprocess.run, cwd=tmp_path, check=True, capture_output=True, text=True)
+    commit = lambda m: (git(['git', 'add', '-A']), git(['git', '-c', 'user.name=t', '-c', 'user.email=t@t',  # noqa: E731
+                                                    'commit', '-qm', m]), git(['git', 'rev-parse', 'HEAD']).stdout.strip())[2]
+    git(['git', 'init', '-q'])
+    (tmp_path / 'a.py').write_text('x = 1\n')
+    (tmp_path / 'notes.md').write_text('one\n')
+    old = commit('old')
+    (tmp_path / 'a.py').write_text('x = 2\n')
+    (tmp_path / 'cfg').mkdir()
+    (tmp_path / 'cfg' / 'b.toml').write_text('[x]\n')
+    new = commit('new')
+    git(['git', 'reset', '-q', '--soft', old])  # the stale .git: HEAD is old, the files are new's
+    assert train.git_commit(tmp_path) == old + '-dirty'
+    ran = train.code_tree(tmp_path)
+    assert ran == train.code_tree(tmp_path, new) != train.code_tree(tmp_path, old) and len(ran) == 40
+    (tmp_path / 'notes.md').write_text('two\n')  # not code
+    assert train.code_tree(tmp_path) == ran
+    (tmp_path / 'c.py').write_text('y = 0\n')  # new code, committed nowhere
+    assert train.code_tree(tmp_path) not in (ran, train.code_tree(tmp_path, old))
+    assert train.code_tree(tmp_path / 'nowhere') == 'unknown'
+
+
 def test_run_files(runs):
     recs = records(runs['ufp4'])
     assert [r['step'] for r in recs] == list(range(1, 31))
