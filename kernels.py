@@ -704,8 +704,8 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     (default x.dtype); tile: (BM, NG, num_warps); fast_div=False: IEEE division for fp32 scales (same
     bits); out: the dequantized tensor's buffer (x's shape, out_dtype; for a 2-D x it may be out[:, a:b] of
     a wider tensor). Returns codes uint8 [..., K/2] and scales [..., K/block] (block_2d: [M/16, K/16]) as
-    quant.quantize stores them and tensor_scale (0-d fp32; all three None without want_codes), and the
-    dequantized tensor (None without want_dequant)."""
+    quant.quantize stores them (None without want_codes), tensor_scale (0-d fp32) and the dequantized
+    tensor (None without want_dequant)."""
     interpret = _check_device(x)
     if not x.is_contiguous():
         raise ValueError(f"quantize reads a contiguous row-major tensor; got shape {tuple(x.shape)} with "
@@ -720,7 +720,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
     if seed_t is not None and (seed_t.numel() != 1 or seed_t.dtype != torch.int32 or seed_t.device != dev):
         raise ValueError(f"a seed tensor must be one int32 on {dev}; got {seed_t.dtype} {tuple(seed_t.shape)} "
                          f"on {seed_t.device}")
-    tscale = torch.empty((), dtype=torch.float32, device=dev) if want_codes else _scratch(dev)
+    tscale = torch.empty((), dtype=torch.float32, device=dev)
     codes = scales = None
     if want_codes:
         codes = torch.empty(p.codes_shape, dtype=torch.uint8, device=dev)
@@ -729,7 +729,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
         out = torch.empty(x.shape, dtype=p.out_dtype, device=dev)
     if x.numel() == 0:
         tscale.fill_(1.0)
-        return codes, scales.view(_SCALE_DTYPES[scale_mode]) if want_codes else None, tscale if want_codes else None, out
+        return codes, scales.view(_SCALE_DTYPES[scale_mode]) if want_codes else None, tscale, out
     signs = tscale if rht_signs is None else rht_signs.to(torch.float32).contiguous()
     if tensor_amax is not None:
         if scale_mode != "e4m3" or tensor_amax.numel() != 1 or tensor_amax.dtype != torch.float32 or \
@@ -751,19 +751,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
                out.data_ptr() % 16 if want_dequant else 0)
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
     _launch(_quantize_kernel, p.grid, interpret, p.options, (p.uid, aligned, seed_t is not None, wide), args)
-    return codes, scales.view(_SCALE_DTYPES[scale_mode]) if want_codes else None, tscale if want_codes else None, out
-
-
-def _scratch(dev: torch.device) -> torch.Tensor:
-    """One fp32 of dev's, for a kernel's pointer to an output nobody reads (fake_quantize's tensor scale) or an
-    input it does not read: one allocation fewer a call."""
-    s = _SCRATCH.get(dev)
-    if s is None:
-        s = _SCRATCH[dev] = torch.zeros((), dtype=torch.float32, device=dev)
-    return s
-
-
-_SCRATCH = {}
+    return codes, scales.view(_SCALE_DTYPES[scale_mode]) if want_codes else None, tscale, out
 
 
 def _out_stride(x: torch.Tensor, out: torch.Tensor, out_dtype: torch.dtype, want_dequant: bool) -> int:
