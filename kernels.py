@@ -748,7 +748,7 @@ def quantize(x: torch.Tensor, *, levels: tuple, block: int = 16, scale_mode: str
                 seed_ptr=tscale if seed_t is None else seed_t, M=p.M, K=p.K, seed=0 if seed_t is not None else seed,
                 SEED_PTR=seed_t is not None, **p.constexprs)
     aligned = (xk.dtype, xk.data_ptr() % 16, signs.data_ptr() % 16, 0 if seed_t is None else seed_t.data_ptr() % 16,
-               out.data_ptr() % 16 if want_dequant else 0)
+               out.data_ptr() % 16 if want_dequant else 0, amax.data_ptr() % 16)  # (amax: a given one may be a[1])
     wide = seed_t is None and not -2**31 <= seed < 2**31  # an int64 seed argument: another compile
     _launch(_quantize_kernel, p.grid, interpret, p.options, (p.uid, aligned, seed_t is not None, wide), args)
     return codes, scales.view(_SCALE_DTYPES[scale_mode]) if want_codes else None, tscale, out
