@@ -283,7 +283,8 @@ def code_tree(repo: Path, commit: str | None = None) -> str:
                 git(['git', 'add', '-A', '--', *CODE_FILES])
             else:
                 git(['git', 'read-tree', commit])
-                git(['git', 'rm', '-r', '-q', '--cached', '--ignore-unmatch', '--', '.', *(f':!{p}' for p in CODE_FILES)])
+                git(['git', 'rm', '-r', '-q', '--cached', '--ignore-unmatch', '--', '.',
+                     *(f':!{p}' for p in CODE_FILES)])
             return git(['git', 'write-tree']).stdout.strip()
         except (FileNotFoundError, subprocess.CalledProcessError):
             return 'unknown'

@@ -114,8 +114,11 @@ def test_code_tree_names_the_code_that_ran(tmp_path):
     if shutil.which('git') is None:
         pytest.skip('needs git')
     git = functools.partial(subprocess.run, cwd=tmp_path, check=True, capture_output=True, text=True)
-    commit = lambda m: (git(['git', 'add', '-A']), git(['git', '-c', 'user.name=t', '-c', 'user.email=t@t',  # noqa: E731
-                                                    'commit', '-qm', m]), git(['git', 'rev-parse', 'HEAD']).stdout.strip())[2]
+
+    def commit(message):
+        git(['git', 'add', '-A'])
+        git(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', message])
+        return git(['git', 'rev-parse', 'HEAD']).stdout.strip()
     git(['git', 'init', '-q'])
     (tmp_path / 'a.py').write_text('x = 1\n')
     (tmp_path / 'notes.md').write_text('one\n')
