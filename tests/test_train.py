@@ -119,6 +119,7 @@ def test_code_tree_names_the_code_that_ran(tmp_path):
         git(['git', 'add', '-A'])
         git(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', message])
         return git(['git', 'rev-parse', 'HEAD']).stdout.strip()
+
     git(['git', 'init', '-q'])
     (tmp_path / 'a.py').write_text('x = 1\n')
     (tmp_path / 'notes.md').write_text('one\n')
