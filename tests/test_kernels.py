@@ -639,6 +639,37 @@ def test_fast_launch_gives_the_same_bits(spec):
         "a kept kernel launches through Triton's wrapper, not its launcher"
 
 
+def test_direct_launch_passes_what_tritons_wrapper_passes(monkeypatch):
+    """kernels._launch calls a kept kernel's launcher (Triton 3.6's CudaLauncher) with exactly what the
+    compiled kernel's own wrapper has it pass to its C function when no launch hook is set; and keeps no
+    launcher for a kernel that needs scratch memory (the wrapper allocates it). On the CPU, with a
+    launcher whose C function only records its arguments."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    class Kernel:  # a jit function's argument names
+        arg_names = ["x_ptr", "n", "BLOCK"]
+
+    def kept(scratch):
+        run = object.__new__(CudaLauncher)  # (no compile: its C function is the recorder below)
+        run.num_ctas, run.launch_cooperative_grid, run.launch_pdl = 1, "cooperative", "pdl"  # (told apart)
+        run.global_scratch_size, run.profile_scratch_size = scratch, 0
+        run.global_scratch_align = run.profile_scratch_align = 1
+        run.launch = lambda *args: seen.append(args)
+        return run, kernels._keep(type("Compiled", (), dict(run=run, function=1234, packed_metadata=(4, 1, 0)))())
+
+    seen = []
+    run, (compiled, launcher, head) = kept(scratch=0)
+    assert launcher is run.launch
+    run(3, 2, 1, 77, 1234, (4, 1, 0), None, None, None, "x", 5, 64)  # as the wrapper calls it, hooks unset
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    monkeypatch.setattr(kernels, "FAST_LAUNCH", True)
+    monkeypatch.setitem(kernels._COMPILED, "probe", (compiled, launcher, head))
+    kernels._launch(Kernel(), (3, 2), False, (), "probe", dict(n=5, BLOCK=64, x_ptr="x"))
+    assert len(seen) == 2 and seen[0] == seen[1], seen
+    assert kept(scratch=8)[1][1] is None  # scratch memory: the wrapper launches it
+
+
 @pytest.mark.skipif(DEV != "cuda", reason="the kept-kernel launch path exists on GPUs only")
 def test_fast_launch_calls_tritons_launch_hooks():
     """With a launch hook set (Triton's profiler sets one), a kept kernel launches through Triton's own
