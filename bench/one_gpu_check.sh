@@ -9,8 +9,9 @@
 #   kernels bench/kernels_bench.py --no-sweep of this tree, then of OLD's (--tree), side by side
 #   dense   dense-1.5b, whole model compiled, every recipe (bench/train_bench.py --compile full;
 #           DENSE_COMPILE=block compiles a block at a time, minutes faster); with OLD, OLD's tree right after
-#   div     dense-1.5b, bf16 and ufp4 (fp32 scales: the recipe that takes the kernels' fast division), then
-#           ufp4 with IEEE division (--ieee-div): what the fast division buys at the step level
+#   tricks  dense-1.5b, whole model compiled: bf16, ufp4 and nvfp4, then ufp4 with IEEE division (--ieee-div)
+#           and nvfp4 with two amax reads (--separate-amax): what the kernels' fast division (fp32 scales) and
+#           one-read amax (e4m3 scales) buy at the step level, against the step of the same recipe
 #   profile small (16 x 1024), bf16 and ufp4, whole model compiled with and without CUDA graphs: the
 #           GPU kernels of 3 steps (where FP4's extra GPU time goes) and the host's Python profile
 #   host    the host's cost of a quantize call (bench/launch_bench.py), then small bf16 and ufp4 without
@@ -20,7 +21,7 @@
 #   bench/one_gpu_check.sh data/shakespeare runs/gpu_check bits small
 set -uo pipefail  # a failing part is reported and the others still run
 cd "$(dirname "$0")/.."
-if [ $# -lt 3 ]; then echo "usage: [OLD=DIR] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART... (bits small moe kernels dense div profile host)" >&2; exit 2; fi
+if [ $# -lt 3 ]; then echo "usage: [OLD=DIR] bench/one_gpu_check.sh DATA_DIR OUT_DIR PART... (bits small moe kernels dense tricks profile host)" >&2; exit 2; fi
 data=$(realpath "$1"); out=$(realpath -m "$2"); shift 2; py=${PYTHON:-python}; old=${OLD:+$(realpath "$OLD")}
 mkdir -p "$out"
 export TORCHINDUCTOR_CACHE_DIR=$out/cache/inductor TRITON_CACHE_DIR=$out/cache/triton
@@ -57,9 +58,13 @@ for part in "$@"; do
            "$py" bench/train_bench.py --compile "$dc" --out "$out/dense.json" > "$out/dense.txt" 2>&1; tail -9 "$out/dense.txt"
            [ -n "$old" ] && (cd "$old" && "$py" bench/train_bench.py --compile "$dc" --out "$out/dense_old.json") \
                > "$out/dense_old.txt" 2>&1 && tail -9 "$out/dense_old.txt" ;;
-    div) "$py" bench/train_bench.py --compile full --recipes bf16,ufp4 --out "$out/div_fast.json" > "$out/div_fast.txt" 2>&1
-         "$py" bench/train_bench.py --compile full --recipes ufp4 --ieee-div --out "$out/div_ieee.json" > "$out/div_ieee.txt" 2>&1
-         grep -E "^(bf16|ufp4) " "$out/div_fast.txt" "$out/div_ieee.txt" ;;
+    tricks) "$py" bench/train_bench.py --compile full --recipes bf16,ufp4,nvfp4 --out "$out/tricks.json" \
+                > "$out/tricks.txt" 2>&1
+            "$py" bench/train_bench.py --compile full --recipes ufp4 --ieee-div --out "$out/tricks_ieee.json" \
+                > "$out/tricks_ieee.txt" 2>&1
+            "$py" bench/train_bench.py --compile full --recipes nvfp4 --separate-amax --out "$out/tricks_amax.json" \
+                > "$out/tricks_amax.txt" 2>&1
+            grep -E "^(bf16|ufp4|nvfp4) " "$out"/tricks*.txt ;;
     profile) "$py" bench/train_bench.py --preset small --batch 16 --seq 1024 --compile full --recipes bf16,ufp4 \
                  --compile-mode default,reduce-overhead --profile 40 --host-profile 40 --out "$out/profile.json" \
                  > "$out/profile.txt" 2>&1; grep -E "^(bf16|ufp4) |GPU busy" "$out/profile.txt" ;;
@@ -72,7 +77,7 @@ for part in "$@"; do
                   echo "${tree}, run $i:"; grep -E "^(bf16|ufp4) " "$out/host_$i$([ "$tree" = . ] || echo _old).txt"
               done
           done ;;
-    *) echo "unknown part $part: bits small moe kernels dense div profile host" >&2 ;;
+    *) echo "unknown part $part: bits small moe kernels dense tricks profile host" >&2 ;;
     esac
 done
 echo "=== done ($(date -u +%H:%M:%S)): $out"

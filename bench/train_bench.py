@@ -143,6 +143,9 @@ def main():
                     help="also print the ROWS functions with the most host time in 2 cProfiled steps per recipe")
     ap.add_argument("--ieee-div", action="store_true",
                     help="the kernels divide y the IEEE way (fast_div=False: the same bits), to time the fast division")
+    ap.add_argument("--separate-amax", action="store_true",
+                    help="e4m3 operands take their rows' and columns' tensor amaxes in two reads, not one "
+                         "(kernels.tensor_amax_both off: the same bits), to time the one-read amax")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     bad = [kv for kv in args.quant if "=" not in kv]
@@ -160,6 +163,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     if args.ieee_div:  # every kernel call goes through kernels.quantize, looked up by name
         kernels.quantize = functools.partial(kernels.quantize, fast_div=False)
+    if args.separate_amax:  # the fused paths then leave each tensor amax to its quantize call's own pass
+        quant._amax_both = lambda *a: (None, None)
     modes = args.compile_mode.split(",")
     bad = [m for m in modes if m not in ("default", "reduce-overhead", "max-autotune-no-cudagraphs")]
     if bad:
@@ -183,7 +188,7 @@ def main():
     hdr = (f"{'recipe':<10} {'quantizer':<10} {'compiled':<12} {'step ms':>8} {'x bf16':>7} {'host ms':>8} {'tok/s':>9} "
            f"{'MFU':>6} {'peak GiB':>9}")
     print(f"\n{args.preset}, batch {args.batch} x {args.seq}, quant overrides {args.quant or 'none'}, "
-          f"{'IEEE division, ' if args.ieee_div else ''}"
+          f"{'IEEE division, ' if args.ieee_div else ''}{'two amax reads, ' if args.separate_amax else ''}"
           f"{torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}\n{hdr}")
     for r in results:
@@ -196,6 +201,7 @@ def main():
               f"{r['mfu'] * 100:>5.1f}% {r['peak_mem_gib']:>9.1f}")
     if args.out:
         meta = dict(preset=args.preset, batch=args.batch, seq=args.seq, quant_overrides=args.quant, ieee_div=args.ieee_div,
+                    separate_amax=args.separate_amax,
                     gpu=torch.cuda.get_device_name(),
                     torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
                     mfu_formula="model.flops_per_token(seq) = 6*N + 6*n_layer*d_model*seq (N without input embedding), / 989e12")
