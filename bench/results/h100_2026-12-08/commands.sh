@@ -18,5 +18,5 @@ python bench/train_bench.py --preset small --batch 16 --seq 1024 --compile full 
 # call 2 (245 s): base, new, base, new, then new with NANOFP4_FAST_LAUNCH=0, --steps 40 (tb as above)
 # call 3 (153 s)
 NPROC=14 scripts/gpu_tests.sh gpu_tests_kernels_quant.txt tests/test_kernels.py tests/test_quant.py
-# call 4 (150 s, stopped at the end of the session's GPU time, ~93 % of the tests run, no failure before)
+# call 4 (150 s, stopped when the GPU time ran out, ~93 % of the tests run, no failure before)
 NPROC=14 timeout 150 scripts/gpu_tests.sh gpu_tests_rest.txt $(ls tests/test_*.py | grep -v -e test_kernels -e test_quant)
