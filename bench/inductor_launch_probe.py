@@ -37,9 +37,10 @@ def probe_fake_quantize(x: torch.Tensor, levels: list[float], block: int, scale_
     tscale = torch.empty((), dtype=torch.float32, device=x.device)
     xk = (x.view(torch.int16) if x.dtype == torch.bfloat16 else x) if p.colwise else \
         x.view(torch.int32 if x.dtype == torch.bfloat16 else torch.int64)
-    args = dict(x_ptr=xk, out_ptr=out, codes_ptr=tscale, scales_ptr=tscale,
-                signs_ptr=tscale if signs is None else signs.to(torch.float32), amax_ptr=tscale, tscale_ptr=tscale,
-                seed_ptr=tscale if seed_t is None else seed_t, M=p.M, K=p.K, seed=0 if seed_t is not None else seed,
+    # pointers the kernel neither reads nor writes here get x (read-only), so that no written buffer is aliased
+    args = dict(x_ptr=xk, out_ptr=out, codes_ptr=xk, scales_ptr=xk,
+                signs_ptr=xk if signs is None else signs.to(torch.float32), amax_ptr=xk, tscale_ptr=tscale,
+                seed_ptr=xk if seed_t is None else seed_t, M=p.M, K=p.K, seed=0 if seed_t is not None else seed,
                 SEED_PTR=seed_t is not None, **p.constexprs)
     wrap_triton(kernels._quantize_kernel)[p.grid](**args, num_warps=dict(p.options)["num_warps"])
     return out
