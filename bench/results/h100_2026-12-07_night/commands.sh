@@ -1,5 +1,6 @@
 # 2026-12-07 22:17-22:23 UTC, one H100 80GB HBM3 (driver 580.159.04, torch 2.11.0+cu130, triton 3.6.0); the
 # working tree of commit 2da2a9c (the machine's copy reported an older HEAD, 42ad5aa, for its .git; the files were 2da2a9c's).
+# Every output named below is a section ("==> NAME <==") of outputs.txt.gz.
 export TORCHINDUCTOR_CACHE_DIR=$PWD/runs/cache/inductor TRITON_CACHE_DIR=$PWD/runs/cache/triton
 # the kernel and quant tests on the GPU (compiled kernels against the reference), then the rest of the suite
 NPROC=12 scripts/gpu_tests.sh gpu_tests_kernels_quant.txt tests/test_kernels.py tests/test_quant.py

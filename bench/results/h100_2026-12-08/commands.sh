@@ -1,8 +1,8 @@
 #!/bin/bash
 # One H100 80GB HBM3 (torch 2.11.0+cu130, triton 3.6.0), 2026-12-08 00:03-00:19 UTC, four calls on one held machine.
 # Trees: "new" = 7759853 (2a3a56d's direct launch, then a plan's kept kernels keyed by its number);
-# Every output named below is a section ("==> NAME <==") of outputs.txt.gz.
 # "mid" = 2a3a56d; "base" = 29845a3 (before both). out/base and out/mid: `git archive <commit> | tar -x`.
+# Every output named below is a section ("==> NAME <==") of outputs.txt.gz.
 # The GPU machine's copy of the repository carries an older .git: its files report "29845a3 (with
 # uncommitted changes)" for the new tree.
 export TORCHINDUCTOR_CACHE_DIR=$PWD/runs/cache/inductor TRITON_CACHE_DIR=$PWD/runs/cache/triton
