@@ -6,21 +6,19 @@ with pack_saved=false, whose compiled graphs use fake_quantize only.
 
 TRITON_DEFAULT_FP_FUSION=0: Inductor compiles a user kernel with Triton's default for FP fusion (it sets it
 only for its own kernels); the kernels' bits need it off. Prints, in one process: the small step without CUDA
-graphs, bf16, ufp4 through the operator (as shipped), ufp4 through the probe's triton_op; and whether the
-two ufp4 models give the same losses bit for bit over the timed steps.
+graphs (bench/train_bench.py's step), bf16, ufp4 through the operator (as shipped), ufp4 through the
+probe's triton_op; and whether the two ufp4 runs end on the same loss, bit for bit.
 """
 import argparse
 import os
 import sys
-import time
 
 import torch
 from torch.library import triton_op, wrap_triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import kernels  # noqa: E402
-import model as model_lib  # noqa: E402
-import quant  # noqa: E402
+import train_bench  # noqa: E402  (bench/: this file's folder)
 
 
 @triton_op("nanofp4_probe::fake_quantize", mutates_args=())
@@ -60,39 +58,6 @@ def use_probe():
     kernels.fake_quantize_op = op
 
 
-def run(recipe: str, steps: int, batch: int, seq: int):
-    torch.manual_seed(0)
-    torch._dynamo.reset()
-    cfg = model_lib.get_config("small", seq_len=seq)
-    with torch.device("meta"):
-        m = model_lib.Transformer(cfg)
-    m.to_empty(device="cuda")
-    m.init_weights()
-    r = quant.recipe_from_overrides(recipe, pack_saved="false") if recipe != "bf16" else quant.RECIPES["bf16"]
-    quant.convert(m, r)
-    m.compile()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    x = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=g)
-    y = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=g)
-
-    def step():
-        with torch.autocast("cuda", torch.bfloat16):
-            _, loss = m(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    for _ in range(5):  # compiles, warms up
-        step()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    losses = [step() for _ in range(steps)]  # no sync inside: the host runs ahead as in training
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3 / steps, torch.stack(losses).float().cpu()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
@@ -100,18 +65,20 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--recipe", default="ufp4")
     a = ap.parse_args()
+    # train_bench's step (fresh model, seed 0, the same random tokens), whole model compiled, no CUDA graphs
+    args = argparse.Namespace(preset="small", batch=a.batch, seq=a.seq, steps=a.steps, warmup=3, compile="full",
+                              quant={"pack_saved": "false"}, profile=0, host_profile=0)
     print(f"TRITON_DEFAULT_FP_FUSION={os.environ.get('TRITON_DEFAULT_FP_FUSION')}, {torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}", flush=True)
-    bf16, _ = run("bf16", a.steps, a.batch, a.seq)
-    print(f"bf16 {bf16:.1f} ms", flush=True)
-    shipped, l1 = run(a.recipe, a.steps, a.batch, a.seq)
-    print(f"{a.recipe} via the operator {shipped:.1f} ms ({shipped / bf16:.3f}x bf16)", flush=True)
+    bf16 = train_bench.run_one(args, "bf16", compile_mode="default")
+    shipped = train_bench.run_one(args, a.recipe, compile_mode="default")
     use_probe()
-    probe, l2 = run(a.recipe, a.steps, a.batch, a.seq)
-    print(f"{a.recipe} via triton_op {probe:.1f} ms ({probe / bf16:.3f}x bf16)", flush=True)
-    same = int((l1.view(torch.int32) == l2.view(torch.int32)).sum())
-    print(f"losses equal bit for bit at {same} of {len(l1)} steps; first {l1[0].item()!r} vs {l2[0].item()!r}",
-          flush=True)
+    probe = train_bench.run_one(args, a.recipe, compile_mode="default")
+    for name, r in (("bf16", bf16), (f"{a.recipe} via the operator", shipped), (f"{a.recipe} via triton_op", probe)):
+        ratio = r["step_ms"] / bf16["step_ms"]
+        print(f"{name:<24} {r['step_ms']:7.1f} ms  {ratio:.3f}x bf16  host {r['host_ms']:.1f} ms")
+    print(f"the two {a.recipe} runs' last losses: {shipped['loss']!r} and {probe['loss']!r} "
+          f"({'the same' if shipped['loss'] == probe['loss'] else 'DIFFERENT'})", flush=True)
 
 
 if __name__ == "__main__":

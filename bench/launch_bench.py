@@ -36,27 +36,22 @@ def per_call_us(fn, calls: int) -> float:
 
 def launch_rows(x, levels, signs) -> list:
     """The launch alone of the kernel kernels.fake_quantize ran above (its kept compiled kernel, the same
-    arguments): through Triton's per-call wrapper (compiled[grid](*args)) and through its launcher, as
-    kernels._launch calls it."""
+    arguments): through Triton's per-call wrapper (compiled[grid](*args)), and through kernels._launch
+    (Triton's launcher, directly)."""
     seen = []
     launch = kernels._launch  # seen: the launch's arguments; launched as usual, so the compiled kernel is kept
-    kernels._launch = lambda kernel, grid, interpret, options, key, a: (
-        seen.append((kernel, grid, key, a)), launch(kernel, grid, interpret, options, key, a))
+    kernels._launch = lambda *a: (seen.append(a), launch(*a))
     try:
         kernels.fake_quantize(x, levels=tuple(levels), block=16, scale_mode="fp32", rht_signs=signs, keep_rotated=True)
     finally:
         kernels._launch = launch
-    kernel, grid, key, a = seen[0]
+    kernel, grid, interpret, options, key, a = seen[0]
     if key not in kernels._COMPILED:
         print("(NANOFP4_FAST_LAUNCH=0 keeps no compiled kernel: the launch rows are left out)")
         return []
-    (c, launcher, head), grid3 = kernels._COMPILED[key], grid + (1,) * (3 - len(grid))
-    pos = [a[n] for n in kernel.arg_names]
-    rows = [("  its launch, Triton's wrapper: compiled[grid](*args)", lambda: c[grid3](*pos))]
-    if launcher is not None:
-        rows.append(("  its launch, the launcher (kernels._launch)", lambda: launcher(
-            *grid3, torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()), *head, *pos)))
-    return rows
+    c, pos = kernels._COMPILED[key][0], [a[n] for n in kernel.arg_names]
+    return [("  its launch, Triton's wrapper: compiled[grid](*args)", lambda: c[grid + (1,) * (3 - len(grid))](*pos)),
+            ("  its launch, kernels._launch", lambda: launch(kernel, grid, interpret, options, key, a))]
 
 
 def main():
