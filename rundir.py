@@ -25,16 +25,21 @@ import hashlib
 import json
 import os
 import pickle
+import platform
 import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
+from importlib import metadata
 from pathlib import Path, PosixPath, PurePosixPath
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -447,3 +452,53 @@ class SafeReader(filesystem.FileSystemReader):
             metadata.storage_meta = dcp_meta.StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+# ----------------------------------------------------------------------------- what a run records of itself
+CODE_FILES = ('*.py', '*.toml')  # what a run's numerics come from: the code and the configs
+
+
+def _git(repo: Path, *args, env=None):
+    """git's output in repo, or None (no git, not a repository, a failed command)."""
+    try:
+        return subprocess.run(['git', *args], cwd=repo, env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        return None
+
+
+def git_commit(repo: Path) -> str:
+    """The commit checked out in repo, with '-dirty' if tracked files differ from it ('unknown' without git)."""
+    commit = _git(repo, 'rev-parse', 'HEAD')
+    if commit is None:
+        return 'unknown'
+    return commit + ('-dirty' if _git(repo, 'status', '--porcelain', '--untracked-files=no') else '')
+
+
+def code_tree(repo: Path, commit: str | None = None) -> str:
+    """The git tree id of repo's *.py and *.toml files as they are on disk, or at `commit`: equal ids, the
+    same code. A run records it beside its commit, which a copy of the tree with a stale .git gets wrong;
+    the commit a run's code came from: the one whose `code_tree(repo, commit)` equals it."""
+    with tempfile.TemporaryDirectory() as tmp:  # a scratch index: the repository's own is not touched
+        env = dict(os.environ, GIT_INDEX_FILE=str(Path(tmp) / 'index'))
+        if commit is None:
+            staged = _git(repo, 'add', '-A', '--', *CODE_FILES, env=env) is not None
+        else:  # the commit's tree, less every file but the code's
+            staged = (_git(repo, 'read-tree', commit, env=env) is not None
+                      and _git(repo, 'rm', '-r', '-q', '--cached', '--ignore-unmatch', '--', '.',
+                               *(f':!{p}' for p in CODE_FILES), env=env) is not None)
+        tree = _git(repo, 'write-tree', env=env) if staged else None
+    return tree or 'unknown'
+
+
+def run_info() -> dict:
+    """The git commit of this repository (and its code's tree id), the versions of the packages doing the
+    work, the card (the current device's name)."""
+    repo = Path(__file__).resolve().parent
+    versions = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
+    try:
+        versions['triton'] = metadata.version('triton')
+    except metadata.PackageNotFoundError:
+        versions['triton'] = 'not installed'
+    card = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or 'cpu'
+    return {'git_commit': git_commit(repo), 'code_tree': code_tree(repo), 'versions': versions, 'card': card}

@@ -43,16 +43,12 @@ import json
 import logging
 import math
 import os
-import platform
 import resource
-import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -256,53 +252,6 @@ def load_config(path: str, overrides: list[str]) -> Config:
         else:
             setattr(obj, key, value)
     return cfg
-
-
-def git_commit(repo: Path) -> str:
-    """The commit checked out in repo, with '-dirty' if tracked files differ from it ('unknown' without git)."""
-    try:
-        git = functools.partial(subprocess.run, cwd=repo, capture_output=True, text=True, check=True)
-        commit = git(['git', 'rev-parse', 'HEAD']).stdout.strip()
-        return commit + ('-dirty' if git(['git', 'status', '--porcelain', '--untracked-files=no']).stdout.strip() else '')
-    except (FileNotFoundError, subprocess.CalledProcessError):  # no git, or not in a repository
-        return 'unknown'
-
-
-CODE_FILES = ('*.py', '*.toml')  # what a run's numerics come from: the code and the configs
-
-
-def code_tree(repo: Path, commit: str | None = None) -> str:
-    """The git tree id of repo's *.py and *.toml files as they are on disk, or at `commit`: equal ids, the
-    same code. A run records it beside its commit, which a copy of the tree with a stale .git gets wrong;
-    the commit a run's code came from: the one whose `code_tree(repo, commit)` equals it."""
-    with tempfile.TemporaryDirectory() as tmp:  # a scratch index: the repository's own is not touched
-        env = dict(os.environ, GIT_INDEX_FILE=str(Path(tmp) / 'index'))
-        git = functools.partial(subprocess.run, cwd=repo, env=env, capture_output=True, text=True, check=True)
-        try:
-            if commit is None:
-                git(['git', 'add', '-A', '--', *CODE_FILES])
-            else:
-                git(['git', 'read-tree', commit])
-                git(['git', 'rm', '-r', '-q', '--cached', '--ignore-unmatch', '--', '.',
-                     *(f':!{p}' for p in CODE_FILES)])
-            return git(['git', 'write-tree']).stdout.strip()
-        except (FileNotFoundError, subprocess.CalledProcessError):
-            return 'unknown'
-
-
-def run_info() -> dict:
-    """The git commit of this file's repository (and its code's tree id), the versions of the packages doing
-    the work, the card."""
-    repo = Path(__file__).resolve().parent
-    commit = git_commit(repo)
-    versions = {'python': platform.python_version(), 'torch': torch.__version__, 'numpy': np.__version__}
-    try:
-        versions['triton'] = metadata.version('triton')
-    except metadata.PackageNotFoundError:
-        versions['triton'] = 'not installed'
-    card = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or 'cpu'
-    return {'git_commit': commit, 'code_tree': code_tree(repo), 'versions': versions,
-            'card': card}  # card: the current device's name
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -553,7 +502,7 @@ def train(cfg: Config, rank: int, world: int, device, stop=()):
     tokens = found[1].get('tokens', start * tokens_per_step) if found else 0  # cumulative over resumes
     if rank == 0:
         info = {'config': asdict(cfg), 'model_config': asdict(mcfg), 'recipe': asdict(recipe), 'parallel': mode,
-                'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **run_info()}
+                'device': str(device), 'world_size': world, 'autocast_dtype': autocast_dtype, **rundir.run_info()}
         rundir.open_run(run_dir, start, info, log)
     log(f'{f"resumed from {found[2].name} at step {start}" if start else "new run"} in {run_dir} | {world} x '
         f'{device} | {mode}{f" (ep={c.ep})" if c.ep > 1 else ""} | autocast {autocast_dtype} '

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import monitor  # noqa: E402
 import quant  # noqa: E402
-import train  # noqa: E402
+import rundir  # noqa: E402
 from analysis import analyze, compare, gradients, runlog, scaling_fit, stats, sweep, verdict  # noqa: E402
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -565,7 +565,7 @@ def test_paired_study_end_to_end(tmp_path, monkeypatch):
     assert [p.name for p in logs] == [f"{r['name']}.jsonl.gz" for r in sorted(runs, key=lambda r: r["name"])]
     header, recs = runlog.read_packed(logs[0])
     assert header["seed"] == header["config"]["train"]["seed"] == 1 and header["card"] and header["git_commit"]
-    assert header["code_tree"] == train.code_tree(ROOT)  # the code as it ran: this tree's
+    assert header["code_tree"] == rundir.code_tree(ROOT)  # the code as it ran: this tree's
     assert all("tok_s" in r for r in recs.values()) and recs[runs[0]["steps"]]["val_loss"] > 0
     snaps = sorted((tmp_path / "out" / "tiny-paired" / "bf16-s1").glob("snap-*.pt"))
     steps = runs[0]["steps"]

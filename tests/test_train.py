@@ -14,6 +14,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import rundir  # noqa: E402
 import train  # noqa: E402
 
 CONFIG = str(ROOT / 'configs' / 'tiny.toml')
@@ -102,10 +103,10 @@ def test_git_commit_says_when_the_tree_differs(tmp_path):
     git(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'a'])
     sha = git(['git', 'rev-parse', 'HEAD'], text=True).stdout.strip()
     (tmp_path / 'b.py').write_text('untracked\n')  # untracked files do not count
-    assert train.git_commit(tmp_path) == sha and len(sha) == 40
+    assert rundir.git_commit(tmp_path) == sha and len(sha) == 40
     (tmp_path / 'a.py').write_text('x = 2\n')
-    assert train.git_commit(tmp_path) == sha + '-dirty'
-    assert train.git_commit(tmp_path / 'nowhere') == 'unknown'
+    assert rundir.git_commit(tmp_path) == sha + '-dirty'
+    assert rundir.git_commit(tmp_path / 'nowhere') == 'unknown'
 
 
 def test_code_tree_names_the_code_that_ran(tmp_path):
@@ -129,14 +130,14 @@ def test_code_tree_names_the_code_that_ran(tmp_path):
     (tmp_path / 'cfg' / 'b.toml').write_text('[x]\n')
     new = commit('new')
     git(['git', 'reset', '-q', '--soft', old])  # the stale .git: HEAD is old, the files are new's
-    assert train.git_commit(tmp_path) == old + '-dirty'
-    ran = train.code_tree(tmp_path)
-    assert ran == train.code_tree(tmp_path, new) != train.code_tree(tmp_path, old) and len(ran) == 40
+    assert rundir.git_commit(tmp_path) == old + '-dirty'
+    ran = rundir.code_tree(tmp_path)
+    assert ran == rundir.code_tree(tmp_path, new) != rundir.code_tree(tmp_path, old) and len(ran) == 40
     (tmp_path / 'notes.md').write_text('two\n')  # not code
-    assert train.code_tree(tmp_path) == ran
+    assert rundir.code_tree(tmp_path) == ran
     (tmp_path / 'c.py').write_text('y = 0\n')  # new code, committed nowhere
-    assert train.code_tree(tmp_path) not in (ran, train.code_tree(tmp_path, old))
-    assert train.code_tree(tmp_path / 'nowhere') == 'unknown'
+    assert rundir.code_tree(tmp_path) not in (ran, rundir.code_tree(tmp_path, old))
+    assert rundir.code_tree(tmp_path / 'nowhere') == 'unknown'
 
 
 def test_run_files(runs):
