@@ -1,6 +1,6 @@
 """
-The run directory (train.py's log.out_dir): who writes it, what becomes of an older run in it, and
-its checkpoints.
+The run directory (train.py's log.out_dir): who writes it, what becomes of an older run in it, its
+checkpoints, and what a run records of itself in config.json (run_info: commit, code tree, versions, card).
 
 Files: config.json, log.jsonl, `lock` (the pid and host of the trainer writing here) and the two
 newest checkpoints. One file: ckpt.pt with ckpt.pt.sha256 beside it, and the one before as
