@@ -408,7 +408,7 @@ def report_identity(res):
         print("  reference GPU vs CPU:", r)
 
 
-def compare(old_path: str, new_path: str):
+def compare_files(old_path: str, new_path: str):
     """Print each timed kernel of two --out files (two trees, one GPU, one after the other): ms and
     the ratio new / old, slowest first."""
     def rows(path):
@@ -447,7 +447,7 @@ def main():
                         "keep kernels.py's tiles")
     args = p.parse_args()
     if args.compare:
-        return compare(*args.compare)
+        return compare_files(*args.compare)
     setup(args.cpu, args.tree)
     dev = "cpu" if args.cpu else "cuda"
     t_start = time.time()
